@@ -1,0 +1,1 @@
+"""Advantage estimators, the VeriGate gate and collapse monitors (pure tensor functions)."""

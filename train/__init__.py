@@ -1,0 +1,1 @@
+"""The gated GRPO trainer and its building blocks."""

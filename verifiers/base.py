@@ -1,0 +1,89 @@
+"""The result type and protocol that every outcome verifier shares."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+
+class Status(str, enum.Enum):
+    """Why a verifier gave the reward it gave; one enum for every verifier kind."""
+
+    CORRECT = "correct"
+    WRONG = "wrong"
+    NO_ANSWER = "no_answer"
+    PARSE_ERROR = "parse_error"
+    TIMEOUT = "timeout"
+    # code execution
+    WRONG_ANSWER = "wrong_answer"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    NO_CODE = "no_code"
+    SANDBOX_ERROR = "sandbox_error"
+    # tool calls
+    NO_CALL = "no_call"
+    UNKNOWN_FUNCTION = "unknown_function"
+    SCHEMA_VIOLATION = "schema_violation"
+    WRONG_ARGUMENTS = "wrong_arguments"
+    WRONG_COUNT = "wrong_count"
+    # format
+    FORMAT_ERROR = "format_error"
+    # the verifier itself failed on this item (a bug, never the model's fault)
+    INTERNAL_ERROR = "internal_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Statuses that mean "the verifier could not judge", as opposed to "the answer is wrong".
+UNJUDGED = frozenset({Status.TIMEOUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR})
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of verifying one completion against its reference."""
+
+    reward: float
+    correct: bool
+    status: Status
+    detail: str = ""
+    extracted: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        """Return the JSON-serialisable fields a CLI output line adds to its input line."""
+        record: dict[str, Any] = {
+            "reward": self.reward,
+            "correct": self.correct,
+            "status": self.status.value,
+            "extracted": self.extracted,
+        }
+        if self.detail:
+            record["detail"] = self.detail
+        record.update(self.extra)
+        return record
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """What every verifier offers: one item, a batch, and how to read a JSONL record."""
+
+    kind: str
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Verify one completion; never raises on bad model output."""
+        ...
+
+    def verify_batch(
+        self, completions: Sequence[str], references: Sequence[Any]
+    ) -> list[VerifyResult]:
+        """Verify many completions in parallel, in input order."""
+        ...
+
+    def reference_from_record(self, record: dict[str, Any]) -> Any:
+        """Pull this verifier's reference out of one JSONL input record (KeyError if absent)."""
+        ...

@@ -1,0 +1,7 @@
+"""Allow `python -m veristep`."""
+
+import sys
+
+from veristep.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""Split a completion into steps (character spans) and map those spans onto tokens."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+#: The default step boundary: a blank line, as in ProcessBench / PRM800K style solutions.
+DEFAULT_SEPARATOR = "\n\n"
+
+
+def split_steps(
+    completion: str, separator: str = DEFAULT_SEPARATOR, regex: str | None = None
+) -> list[tuple[int, int]]:
+    """Return the (start, end) character spans of the non-empty steps of `completion`.
+
+    Steps are the pieces between occurrences of `separator` (or matches of `regex`, which
+    wins when given; a zero-width match such as a lookahead cuts without consuming). Each span is trimmed of surrounding whitespace; pieces that are blank
+    are dropped, so a completion of only whitespace has no steps.
+    """
+    if regex is not None:
+        try:
+            pattern = re.compile(regex)
+        except re.error as err:
+            raise ValueError(f"invalid step regex {regex!r}: {err}") from err
+        # Zero-width matches are cuts too, e.g. a lookahead (?=Step \d) splits before each step.
+        cuts = [(m.start(), m.end()) for m in pattern.finditer(completion)]
+    else:
+        if not separator:
+            raise ValueError("step separator must be a non-empty string (or pass regex=)")
+        cuts = []
+        pos = completion.find(separator)
+        while pos != -1:
+            cuts.append((pos, pos + len(separator)))
+            pos = completion.find(separator, pos + len(separator))
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for cut_start, cut_end in [*cuts, (len(completion), len(completion))]:
+        span = _trim(completion, start, cut_start)
+        if span is not None:
+            spans.append(span)
+        start = cut_end
+    return spans
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int] | None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return (start, end) if end > start else None
+
+
+def step_texts(completion: str, spans: Sequence[tuple[int, int]]) -> list[str]:
+    """Return the text of each span."""
+    return [completion[a:b] for a, b in spans]
+
+
+def token_step_index(
+    spans: Sequence[tuple[int, int]],
+    offsets: Sequence[tuple[int, int]],
+    num_tokens: int,
+) -> list[int]:
+    """Return the step index of each of `num_tokens` completion tokens, -1 if there are no steps.
+
+    `offsets` are the tokenizer's (start, end) character offsets of the completion tokens
+    (relative to the completion). Step j owns the characters from its start up to the start
+    of step j+1 (the separator after a step belongs to it); characters before the first step
+    belong to step 0. A token belongs to the step owning its first character, so a token that
+    straddles a boundary goes to the earlier step. Zero-width tokens (EOS, BOS, special
+    tokens with offset (0, 0)) and tokens past the end of `offsets` take the step of the token
+    before them; indices never decrease along the sequence, so trailing tokens belong to the
+    last step.
+    """
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    if not spans:
+        return [-1] * num_tokens
+    starts = [a for a, _ in spans]
+    result: list[int] = []
+    current = 0
+    for i in range(num_tokens):
+        if i < len(offsets):
+            a, b = offsets[i]
+            if b > a:
+                # Tokens are in order: a later token never goes back to an earlier step.
+                current = max(current, _owner(starts, a))
+        result.append(current)
+    return result
+
+
+def _owner(starts: list[int], char: int) -> int:
+    """Index of the last step starting at or before `char` (0 if before every step)."""
+    lo, hi = 0, len(starts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] <= char:
+            lo = mid + 1
+        else:
+            hi = mid
+    return max(lo - 1, 0)

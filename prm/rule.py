@@ -198,7 +198,7 @@ def _check_run(toks: list[_Tok], i: int, j: int) -> list[ArithClaim]:
     # "0.2 * 100 = 20%" and "20% = 0.2" are both common: a percent sign may scale by 1/100 or
     # merely label the number, so a claim holds if it holds under either reading.
     readings = [Fraction(1, 100), Fraction(1)] if any(t.kind == "pct" for t in run) else [None]
-    evaluated = [[_evaluate(s, pct) if ok else None for s, ok in zip(sides, usable)] for pct in readings]
+    evaluated = [[_evaluate(s, pct) if ok else None for s, ok in zip(sides, usable, strict=True)] for pct in readings]
     claims = []
     for k, relation in enumerate(relations):
         best: ArithClaim | None = None
@@ -435,4 +435,4 @@ class RuleScorer:
         """Score many completions; the rule scorer has no batching gain, so this is a loop."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        return [self.score(p, c) for p, c in zip(prompts, completions)]
+        return [self.score(p, c) for p, c in zip(prompts, completions, strict=True)]

@@ -143,14 +143,12 @@ def _risky_neighbour(tok: _Tok | None, spaced: bool, safe: frozenset[str]) -> bo
     return tok.kind == "glued" or (tok.text not in safe and tok.text not in ".!?()")
 
 
-def _first_side_detached(side: list[_Tok], before: _Tok | None) -> bool:
+def _first_side_detached(side: list[_Tok]) -> bool:
     """Whether a run's first side starts cleanly rather than continuing an expression."""
     if not side or side[0].kind != "op":
         return True
-    if side[0].text != "-" or len(side) < 2 or side[1].kind == "space":
-        return False  # "+ 3", "- 4" (binary or a bullet dash) continue something unseen
-    # "-3" is a negative number only after a boundary, not after a word ("Age -4").
-    return before is None or (before.kind == "other" and before.text in _SAFE_BEFORE)
+    # "+ 3" and "- 4" (binary, or a bullet dash) continue something unseen; "-3" is a number.
+    return side[0].text == "-" and len(side) > 1 and side[1].kind != "space"
 
 
 def check_claims(text: str) -> list[ArithClaim]:
@@ -191,7 +189,7 @@ def _check_run(toks: list[_Tok], i: int, j: int) -> list[ArithClaim]:
     sides = [s[:-1] if s and s[-1].kind == "space" else s for s in sides]
     usable = [True] * len(sides)
     # A side at the edge of the run may continue into text the checker cannot read.
-    if left_risky or not _first_side_detached(sides[0], before):
+    if left_risky or not _first_side_detached(sides[0]):
         usable[0] = False
     if right_risky or (sides[-1] and sides[-1][-1].kind == "op"):
         usable[-1] = False

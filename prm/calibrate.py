@@ -117,7 +117,8 @@ def load_prmbench(directory: str | Path) -> list[Trace]:
                 continue
             rec = json.loads(line)
             subset = str(rec.get("classification") or path.stem)
-            rid = str(rec.get("idx", f"{path.stem}-{len(traces)}"))
+            # idx repeats across category files, so the subset is part of the id.
+            rid = f"{subset}/{rec.get('idx', len(traces))}"
             original = [_clean_step(s) for s in rec["original_process"]]
             modified = [_clean_step(s) for s in rec["modified_process"]]
             # error_steps are 1-based; a few point past the last step and are dropped.

@@ -51,6 +51,8 @@ class PrecomputedScorer:
                 if "prompt" in record and "completion" in record:
                     self._by_text[(str(record["prompt"]), str(record["completion"]))] = record
                 if "id" in record:
+                    if str(record["id"]) in self._by_id:
+                        raise ValueError(f"{self.path}:{lineno}: duplicate id {record['id']!r}")
                     self._by_id[str(record["id"])] = record
                 if "id" not in record and "completion" not in record:
                     raise ValueError(f"{self.path}:{lineno}: needs 'id' or 'prompt' and 'completion'")

@@ -70,7 +70,6 @@ class _ModelScorer:
         batch_size: int = 8,
         max_length: int | None = None,
         neutral: float = 0.5,
-        device: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -82,7 +81,8 @@ class _ModelScorer:
         self.regex = regex
         self.batch_size = batch_size
         self.neutral = float(neutral)
-        self.device = str(next(model.parameters()).device) if device is None else device
+        # Inputs follow the model: place the model (model.to(...)) before building a scorer.
+        self.device = next(model.parameters()).device
         self.max_length = max_length or _model_max_length(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
@@ -97,8 +97,14 @@ class _ModelScorer:
         raise NotImplementedError
 
     def _forward(self, input_ids, attention_mask, positions_union):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        # Remote-code PRMs may not take use_cache; ask only those whose forward accepts it.
+        extra = {"use_cache": False} if self._accepts("use_cache") else {}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra)
         return out.logits if hasattr(out, "logits") else out[0], None
+
+    def _accepts(self, name: str) -> bool:
+        params = inspect.signature(self.model.forward).parameters
+        return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     # -- shared -------------------------------------------------------------------------------
 
@@ -162,7 +168,8 @@ class _ModelScorer:
             if kept is not None:  # logits were computed only at the union of read positions
                 where = {p: k for k, p in enumerate(kept)}
                 cols = [where[c] for c in cols]
-            picked = logits[torch.tensor(rows), torch.tensor(cols)].float()
+            index = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
+            picked = logits[index].float()
             values = self._step_probabilities(picked).cpu().tolist()
         out: list[list[float]] = [[] for _ in batch]
         for r, v in zip(rows, values, strict=True):
@@ -269,8 +276,8 @@ class QwenPRMScorer(_ModelScorer):
             text = self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=False
             )
-            at = text.rfind(content)
-            if isinstance(text, str) and at >= 0:
+            at = text.rfind(content) if isinstance(text, str) else -1
+            if at >= 0:
                 return text, at
         # No template, or one that rewrites the message: plain prompt, newline, steps.
         return f"{prompt}\n{content}", len(prompt) + 1

@@ -102,4 +102,4 @@ def _load_model_scorer(kind: str, path: str, device: str | None, **kw: Any) -> S
             )
         cls = QwenPRMScorer if kind == "hf" else TokenClassificationScorer
     model.to(device)
-    return cls(model, tokenizer, device=device, **options)
+    return cls(model, tokenizer, **options)

@@ -23,7 +23,6 @@ REPO = Path(__file__).resolve().parent.parent
 def _tiny_scorers(batch_size: int, hidden: int, layers: int, max_length: int) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
-
     from veristep.prm.hf import QwenPRMScorer, ShepherdScorer, TokenClassificationScorer
     from veristep.train.tiny import build_char_tokenizer
 
@@ -71,7 +70,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
     from veristep.prm import RuleScorer
     from veristep.prm.calibrate import load_data
 

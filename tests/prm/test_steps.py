@@ -96,3 +96,28 @@ def test_token_map_properties(pieces, width):
         for k, (s, e) in enumerate(spans):
             if s <= a < e:  # a token starting inside a step belongs to it
                 assert idx[t] == k
+
+
+def test_token_map_with_a_trained_byte_level_bpe():
+    # A real subword tokenizer (trained here, offline) merges across step boundaries and
+    # reports byte-level offsets: "12\n\n" or ".\n\nThen" can be single tokens.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["3 * 4 = 12.\n\nThen 12 + 5 = 17.\n\nSo the answer is 17 ≥ 16.\n\n"] * 50
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, show_progress=False,
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    text = "3 * 4 = 12.\n\nThen 12 + 5 = 17.\n\nSo the answer is 17 ≥ 16."
+    enc = tok.encode(text)
+    spans = split_steps(text)
+    assert len(spans) == 3
+    idx = token_step_index(spans, enc.offsets, len(enc.ids))
+    assert any(b - a > 3 for a, b in enc.offsets)  # merges really happened
+    starts = [s for s, _ in spans]
+    for (a, b), k in zip(enc.offsets, idx, strict=True):
+        if b > a:
+            owner = max([j for j, s in enumerate(starts) if s <= a], default=0)
+            assert k == owner
+    assert idx == sorted(idx) and idx[0] == 0 and idx[-1] == 2

@@ -695,6 +695,8 @@ def _py_call(node: ast.AST) -> tuple[str, dict[str, Any]]:
     for keyword in node.keywords:
         if keyword.arg is None:
             raise _CallSyntaxError(f"{name}: ** unpacking is not allowed")
+        if keyword.arg in arguments:  # ast.parse accepts this; only the compiler rejects it
+            raise _CallSyntaxError(f"{name}: duplicate keyword argument {keyword.arg!r}")
         arguments[keyword.arg] = _py_literal(keyword.value)
     return name, arguments
 
@@ -803,11 +805,8 @@ def parse_tool_calls(
     schemas = _schema_map(tools)
     if fmt is ToolFormat.HERMES:
         _parse_tagged(out, visible, schemas)
-    elif fmt is ToolFormat.QWEN3_XML:
-        if _TOOL_OPEN in visible:
-            _parse_tagged(out, visible, schemas)
-        else:
-            _collect_xml_functions(out, visible, schemas)
+    elif fmt is ToolFormat.QWEN3_XML:  # <tool_call> wrappers are optional and ignored
+        _collect_xml_functions(out, visible, schemas)
     elif fmt is ToolFormat.LLAMA3_JSON:
         _parse_llama_json(out, visible)
     elif fmt is ToolFormat.MISTRAL:
@@ -820,3 +819,47 @@ def parse_tool_calls(
 def iter_formats() -> Iterator[ToolFormat]:
     """The concrete formats (everything but AUTO)."""
     return (fmt for fmt in ToolFormat if fmt is not ToolFormat.AUTO)
+
+
+def _json_text(value: Any) -> str:
+    # Escapes keep string contents from ever reading as a tag or a Mistral marker; `<` and
+    # these marker texts can only occur inside JSON strings, so the replacements are safe.
+    text = json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
+    for marker in (_MISTRAL_MARK, _MISTRAL_ARGS, _MISTRAL_ID):
+        text = text.replace(marker, "\\u005b" + marker[1:])
+    return text
+
+
+def render_tool_calls(
+    calls: list[ToolCall] | list[dict[str, Any]], format: str | ToolFormat
+) -> str:
+    """Write calls the way a model emits them in `format` (the inverse of parse_tool_calls).
+
+    Useful to build SFT targets or few-shot prompts. Pythonic output uses Python literals;
+    Qwen3 XML writes strings raw and everything else as JSON (parse it back with `tools`).
+    """
+    fmt = resolve_format(format)
+    items = [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls]
+    if fmt is ToolFormat.HERMES:
+        return "\n".join(f"<tool_call>\n{_json_text(c)}\n</tool_call>" for c in items)
+    if fmt is ToolFormat.LLAMA3_JSON:
+        objects = [_json_text({"name": c["name"], "parameters": c["arguments"]}) for c in items]
+        return "<|python_tag|>" + "; ".join(objects)
+    if fmt is ToolFormat.MISTRAL:
+        return "[TOOL_CALLS][" + ", ".join(_json_text(c) for c in items) + "]"
+    if fmt is ToolFormat.PYTHONIC:
+        rendered = []
+        for c in items:
+            args = ", ".join(f"{key}={value!r}" for key, value in c["arguments"].items())
+            rendered.append(f"{c['name']}({args})")
+        return "[" + ", ".join(rendered) + "]"
+    if fmt is ToolFormat.QWEN3_XML:
+        blocks = []
+        for c in items:
+            params = "".join(
+                f"<parameter={key}>\n{value if isinstance(value, str) else json.dumps(value)}\n</parameter>\n"
+                for key, value in c["arguments"].items()
+            )
+            blocks.append(f"<tool_call>\n<function={c['name']}>\n{params}</function>\n</tool_call>")
+        return "\n".join(blocks)
+    raise ValueError("render_tool_calls needs a concrete format, not auto")

@@ -120,9 +120,7 @@ def test_no_call_expected():
 def test_reference_without_tools_skips_the_schema_check(verifier):
     ref = {"expected": [{"name": "lookup", "arguments": {"q": "x"}}]}
     assert verifier.verify('[lookup(q="X")]', ref).status is Status.CORRECT
-    assert (
-        verifier.verify("[lookup(q=1)]", ref).status is Status.WRONG_ARGUMENTS
-    )
+    assert verifier.verify("[lookup(q=1)]", ref).status is Status.WRONG_ARGUMENTS
 
 
 def test_explicit_format_only_reads_that_format(verifier):

@@ -80,10 +80,20 @@ class _Worker:
         self.conn.close()
 
 
+#: Start method of the worker processes; override with VERISTEP_START_METHOD=spawn|forkserver.
+START_METHOD_ENV = "VERISTEP_START_METHOD"
+
+
 def _context() -> Any:
-    # forkserver: children never inherit the caller's threads (torch, tokenizers) or CUDA state
+    # fork by default: workers start in milliseconds and never re-run the caller's __main__
+    # (spawn/forkserver re-import it, which re-runs a training script that lacks a
+    # `if __name__ == "__main__"` guard). The workers only parse text: they never touch CUDA,
+    # locks or threads inherited from the parent.
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    method = os.environ.get(START_METHOD_ENV) or ("fork" if "fork" in methods else "spawn")
+    if method not in methods:
+        raise ValueError(f"{START_METHOD_ENV}={method!r} is not one of {methods}")
+    return multiprocessing.get_context(method)
 
 
 class BatchRunner:

@@ -39,21 +39,25 @@ class ItemResult:
     message: str = ""
 
 
+def _apply(fn: Callable[[Any], Any], item: Any) -> tuple[Outcome, Any, str]:
+    try:
+        return (Outcome.OK, fn(item), "")
+    except Exception as err:  # noqa: BLE001 - any failure is reported per item, never fatal
+        return (Outcome.ERROR, None, f"{type(err).__name__}: {err}"[:500])
+
+
 def _worker_main(conn: Connection, fn: Callable[[Any], Any]) -> None:
     while True:
         try:
-            task = conn.recv()
+            chunk = conn.recv()
         except (EOFError, OSError):
             return
-        if task is None:
+        if chunk is None:
             return
         try:
-            conn.send((Outcome.OK, fn(task), ""))
-        except BaseException as err:  # noqa: BLE001 - any failure is reported, never fatal
-            try:
-                conn.send((Outcome.ERROR, None, f"{type(err).__name__}: {err}"[:500]))
-            except Exception:
-                return
+            conn.send([_apply(fn, item) for item in chunk])
+        except Exception:  # the result does not pickle or the parent is gone
+            return
 
 
 class _Worker:
@@ -96,6 +100,9 @@ def _context() -> Any:
     return multiprocessing.get_context(method)
 
 
+_MAX_CHUNK = 32
+
+
 class BatchRunner:
     """Apply `fn` to items in `workers` processes with a per-item time limit of `timeout` s.
 
@@ -126,39 +133,60 @@ class BatchRunner:
         while len(self._pool) < min(self.workers, len(items)):
             self._pool.append(_Worker(ctx, self.fn))
         results: list[ItemResult | None] = [None] * len(items)
-        pending = deque(range(len(items)))
+        # Items travel in chunks to amortise the pipe round trip; a chunk's deadline is
+        # timeout x its size. A chunk that overruns (or whose worker dies) is re-queued one
+        # item per task, so only the item that really hangs ends up with TIMEOUT.
+        size = max(1, min(_MAX_CHUNK, len(items) // (4 * len(self._pool))))
+        pending = deque(
+            list(range(i, min(i + size, len(items)))) for i in range(0, len(items), size)
+        )
         idle = list(self._pool)
-        busy: dict[Connection, tuple[_Worker, int, float]] = {}
+        busy: dict[Connection, tuple[_Worker, list[int], float]] = {}
         while pending or busy:
             while pending and idle:
-                worker, index = idle.pop(), pending.popleft()
+                worker, chunk = idle.pop(), pending.popleft()
                 try:
-                    worker.conn.send(items[index])
+                    worker.conn.send([items[i] for i in chunk])
                 except (OSError, ValueError):  # worker already gone: replace and retry
-                    pending.appendleft(index)
+                    pending.appendleft(chunk)
                     idle.append(self._replace(worker, ctx))
                     continue
-                busy[worker.conn] = (worker, index, time.monotonic())
-            next_deadline = min(start for _, _, start in busy.values()) + self.timeout
+                busy[worker.conn] = (worker, chunk, time.monotonic() + self.timeout * len(chunk))
+            next_deadline = min(deadline for _, _, deadline in busy.values())
             ready = wait(list(busy), timeout=max(0.0, next_deadline - time.monotonic()))
             for conn in ready:
-                worker, index, _ = busy.pop(conn)  # type: ignore[index]
+                worker, chunk, _ = busy.pop(conn)  # type: ignore[index]
                 try:
-                    outcome, value, message = conn.recv()  # type: ignore[union-attr]
-                    results[index] = ItemResult(outcome, value, message)
-                    idle.append(worker)
+                    outcomes = conn.recv()  # type: ignore[union-attr]
                 except (EOFError, OSError):
-                    results[index] = ItemResult(Outcome.ERROR, None, "worker process died")
                     idle.append(self._replace(worker, ctx))
+                    self._settle(chunk, pending, results, "worker process died", Outcome.ERROR)
+                    continue
+                for index, (outcome, value, message) in zip(chunk, outcomes, strict=True):
+                    results[index] = ItemResult(outcome, value, message)
+                idle.append(worker)
             now = time.monotonic()
-            for conn, (worker, index, start) in list(busy.items()):
-                if now - start >= self.timeout:
+            for conn, (worker, chunk, deadline) in list(busy.items()):
+                if now >= deadline:
                     del busy[conn]
-                    results[index] = ItemResult(
-                        Outcome.TIMEOUT, None, f"exceeded the {self.timeout:g} s time limit"
-                    )
                     idle.append(self._replace(worker, ctx))
+                    message = f"exceeded the {self.timeout:g} s time limit"
+                    self._settle(chunk, pending, results, message, Outcome.TIMEOUT)
         return [r if r is not None else ItemResult(Outcome.ERROR, None, "lost") for r in results]
+
+    @staticmethod
+    def _settle(
+        chunk: list[int],
+        pending: deque[list[int]],
+        results: list[ItemResult | None],
+        message: str,
+        outcome: Outcome,
+    ) -> None:
+        """A failed single item gets `outcome`; a failed chunk is retried item by item."""
+        if len(chunk) == 1:
+            results[chunk[0]] = ItemResult(outcome, None, message)
+        else:
+            pending.extendleft([i] for i in reversed(chunk))
 
     def _run_inline(self, item: Any) -> ItemResult:
         try:

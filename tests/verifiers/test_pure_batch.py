@@ -63,3 +63,34 @@ def test_inline_mode_and_configuration_errors():
         BatchRunner(math.sqrt, workers=-1, timeout=1.0)
     with pytest.raises(ValueError):
         BatchRunner(math.sqrt, workers=1, timeout=0)
+
+
+@pytest.mark.timeout(120)
+def test_a_hanging_item_inside_a_chunk_is_isolated():
+    runner = BatchRunner(time.sleep, workers=2, timeout=0.5)
+    items = [0.0] * 40
+    items[17] = 60.0
+    try:
+        results = runner.run(items)
+    finally:
+        runner.close()
+    outcomes = [r.outcome for r in results]
+    assert outcomes[17] is Outcome.TIMEOUT
+    assert outcomes[:17] + outcomes[18:] == [Outcome.OK] * 39
+
+
+@pytest.mark.timeout(120)
+def test_a_dying_chunk_is_retried_item_by_item():
+    runner = BatchRunner(_exit_on_negative, workers=1, timeout=30.0)
+    try:
+        results = runner.run([1, 2, -1, 4, 5, 6, 7, 8])
+    finally:
+        runner.close()
+    assert [r.value for r in results] == [1, 2, None, 4, 5, 6, 7, 8]
+    assert results[2].outcome is Outcome.ERROR and "died" in results[2].message
+
+
+def _exit_on_negative(x: int) -> int:
+    if x < 0:
+        os._exit(1)
+    return x

@@ -295,7 +295,6 @@ class _Collector:
 # JSON-shaped calls (Hermes, Llama 3, Mistral)
 # --------------------------------------------------------------------------------------
 
-_NAME_KEYS = ("name",)
 _ARG_KEYS = ("arguments", "parameters")
 
 

@@ -472,3 +472,44 @@ def test_property_any_text_parses_without_raising(text, fmt):
     parsed = parse_tool_calls(text, fmt)
     for call in parsed.calls:
         assert isinstance(call.name, str) and isinstance(call.arguments, dict)
+
+
+_XML_TOOLS = [
+    {
+        "name": "f",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "s": {"type": "string"},
+                "i": {"type": "integer"},
+                "n": {"type": "number"},
+                "b": {"type": "boolean"},
+                "a": {"type": "array"},
+                "o": {"type": "object"},
+            },
+        },
+    }
+]
+_xml_args = st.fixed_dictionaries(
+    {},
+    optional={
+        "s": st.text(
+            alphabet=st.characters(blacklist_characters="<", blacklist_categories=("Cs",)),
+            max_size=20,
+        ),
+        "i": st.integers(-(10**15), 10**15),
+        "n": st.floats(allow_nan=False, allow_infinity=False),
+        "b": st.booleans(),
+        "a": st.lists(_json_values, max_size=3),
+        "o": st.dictionaries(st.text(max_size=5), _json_values, max_size=3),
+    },
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(args=st.lists(_xml_args, min_size=1, max_size=3))
+def test_property_qwen3_xml_round_trip_with_schema(args):
+    calls = [{"name": "f", "arguments": a} for a in args]
+    parsed = parse_tool_calls(render_tool_calls(calls, "qwen3_xml"), "qwen3_xml", tools=_XML_TOOLS)
+    assert parsed.errors == []
+    assert [c.to_dict() for c in parsed.calls] == calls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -127,3 +128,12 @@ def test_registry_and_batch():
         v.close()
     assert [r.status for r in results] == [Status.CORRECT, Status.FORMAT_ERROR, Status.CORRECT]
     assert only[0].status is Status.CORRECT
+
+
+def test_sample_file_statuses(test_data_dir):
+    v = FormatVerifier(workers=0)
+    for line in (test_data_dir / "format_sample.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        result = v.verify(record["completion"], v.reference_from_record(record))
+        assert result.status.value == record["expected_status"], record["id"]
+        assert result.extra.get("format_issue") == record.get("expected_issue"), record["id"]

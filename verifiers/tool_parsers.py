@@ -97,6 +97,7 @@ class ParsedCalls:
     format: ToolFormat
     calls: list[ToolCall] = field(default_factory=list)
     errors: list[CallError] = field(default_factory=list)
+    truncated: bool = False  # more than max_calls candidates: parsing stopped there
 
     @property
     def n_candidates(self) -> int:
@@ -106,6 +107,10 @@ class ParsedCalls:
 
 class _CallSyntaxError(ValueError):
     """One call candidate is unreadable; carries the message for its CallError."""
+
+
+class _Full(Exception):
+    """The candidate limit is reached: stop parsing (a flood of calls is not read to the end)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -261,12 +266,18 @@ def _skip_ws(text: str, pos: int) -> int:
 class _Collector:
     """Accumulates calls and errors in text order, assigning candidate indices."""
 
-    def __init__(self, fmt: ToolFormat, max_depth: int) -> None:
+    def __init__(self, fmt: ToolFormat, max_depth: int, limit: int | None = None) -> None:
         self.result = ParsedCalls(format=fmt)
         self.max_depth = max_depth
+        self.limit = limit
         self._index = 0
 
+    def _check_room(self) -> None:
+        if self.limit is not None and self._index >= self.limit:
+            raise _Full
+
     def add_call(self, name: str, arguments: dict[str, Any], raw: str) -> None:
+        self._check_room()
         if _depth_exceeds(arguments, self.max_depth):
             self.add_error(f"arguments nested deeper than {self.max_depth} levels", raw)
             return
@@ -274,6 +285,7 @@ class _Collector:
         self._index += 1
 
     def add_error(self, message: str, raw: str) -> None:
+        self._check_room()
         self.result.errors.append(CallError(self._index, message, _snippet(raw)))
         self._index += 1
 
@@ -726,10 +738,12 @@ def _parse_pythonic(out: _Collector, text: str) -> None:
         return
     if body[end:].strip():
         out.add_error("text after the list of calls", body[end:])
-    try:
-        tree = _py_parse_expr(body[:end])
-    except _CallSyntaxError:
-        tree = None
+    tree = None
+    if out.limit is None or len(spans) <= out.limit:  # a flood is not worth a full ast.parse
+        try:
+            tree = _py_parse_expr(body[:end])
+        except _CallSyntaxError:
+            tree = None
     if isinstance(tree, ast.List):
         for element, (s, e) in zip(tree.elts, spans, strict=False):
             out.attempt(body[s:e], lambda element=element: [_py_call(element)])
@@ -783,11 +797,14 @@ def parse_tool_calls(
     tools: Any = None,
     think_tag: str | None = "think",
     max_depth: int = DEFAULT_MAX_DEPTH,
+    max_calls: int | None = None,
 ) -> ParsedCalls:
     """Parse every tool call in `text`; calls inside <think> blocks are ignored.
 
     `tools` (OpenAI-style function definitions) lets the Qwen3 XML parser convert parameter
-    strings to the declared JSON types. Never raises on any text; a non-string yields an error.
+    strings to the declared JSON types. With `max_calls`, parsing stops after that many call
+    candidates and the result is marked `truncated`. Never raises on any text; a non-string
+    yields an error.
     """
     fmt = resolve_format(format)
     if not isinstance(text, str):
@@ -800,8 +817,18 @@ def parse_tool_calls(
         if detected is None:
             return ParsedCalls(format=ToolFormat.AUTO)
         fmt = detected
-    out = _Collector(fmt, max_depth)
+    out = _Collector(fmt, max_depth, max_calls)
     schemas = _schema_map(tools)
+    try:
+        _dispatch(fmt, out, visible, schemas)
+    except _Full:
+        out.result.truncated = True
+    return out.result
+
+
+def _dispatch(
+    fmt: ToolFormat, out: _Collector, visible: str, schemas: Mapping[str, Mapping[str, Any]] | None
+) -> None:
     if fmt is ToolFormat.HERMES:
         _parse_tagged(out, visible, schemas)
     elif fmt is ToolFormat.QWEN3_XML:  # <tool_call> wrappers are optional and ignored
@@ -812,7 +839,6 @@ def parse_tool_calls(
         _parse_mistral(out, visible)
     elif fmt is ToolFormat.PYTHONIC:
         _parse_pythonic(out, visible)
-    return out.result
 
 
 def iter_formats() -> Iterator[ToolFormat]:

@@ -52,6 +52,7 @@ class ToolCallVerifier:
         closed_parameters: bool = True,
         timeout: float = 10.0,
         max_reported: int = 50,
+        max_calls: int = 128,
     ) -> None:
         self.format = resolve_format(format)
         try:
@@ -65,6 +66,9 @@ class ToolCallVerifier:
             raise ValueError(f"max_depth must be >= 1, got {max_depth}")
         if max_reported < 0:
             raise ValueError(f"max_reported must be >= 0, got {max_reported}")
+        if max_calls < 1:
+            raise ValueError(f"max_calls must be >= 1, got {max_calls}")
+        self.max_calls = max_calls
         self.workers = default_workers() if workers is None else workers
         self.partial_credit = bool(partial_credit)
         self.think_tag = think_tag
@@ -149,12 +153,14 @@ class ToolCallVerifier:
 
     def _judge(self, completion: str, ref: ToolReference) -> VerifyResult:
         start = time.perf_counter()
+        limit = max(self.max_calls, len(ref.expected))
         parsed = parse_tool_calls(
             completion,
             ref.format,
             tools=ref.tools,
             think_tag=self.think_tag,
             max_depth=self.max_depth,
+            max_calls=limit,
         )
         parsed_at = time.perf_counter()
         extra = self._report(parsed)
@@ -168,6 +174,13 @@ class ToolCallVerifier:
             return VerifyResult(
                 0.0, False, Status.NO_CALL, "no tool call found", timings=timings, extra=extra
             )
+
+        if parsed.truncated:
+            # a flood of calls is wrong whatever they contain; reading it all would only cost time
+            status = Status.PARSE_ERROR if parsed.errors else Status.WRONG_COUNT
+            detail = f"more than max_calls={limit} call candidates"
+            timings = {"parse_s": parsed_at - start}
+            return VerifyResult(0.0, False, status, detail, timings=timings, extra=extra)
 
         issues = [ref.schema.validate(call) if ref.schema is not None else [] for call in calls]
         reported = [

@@ -513,3 +513,12 @@ def test_property_qwen3_xml_round_trip_with_schema(args):
     parsed = parse_tool_calls(render_tool_calls(calls, "qwen3_xml"), "qwen3_xml", tools=_XML_TOOLS)
     assert parsed.errors == []
     assert [c.to_dict() for c in parsed.calls] == calls
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=str)
+def test_max_calls_stops_parsing_a_flood(fmt):
+    text = render_tool_calls([TIME] * 50, fmt)
+    parsed = parse_tool_calls(text, fmt, max_calls=10)
+    assert parsed.truncated and parsed.n_candidates == 10
+    exact = parse_tool_calls(render_tool_calls([TIME] * 10, fmt), fmt, max_calls=10)
+    assert not exact.truncated and len(exact.calls) == 10

@@ -143,6 +143,22 @@ def test_output_lists_are_capped_for_huge_completions():
     assert len(result.extra["calls"]) == 5 and result.extra["n_calls"] == 50
 
 
+def test_a_flood_of_calls_is_wrong_count_without_checking_each():
+    v = ToolCallVerifier(workers=0, max_calls=10, partial_credit=True)
+    flood = hermes(*[("get_time", {"tz": "UTC"})] * 11)
+    result = v.verify(flood, REF)
+    assert (
+        result.status is Status.WRONG_COUNT
+        and result.reward == 0.0
+        and "max_calls" in result.detail
+    )
+    assert "matched" not in result.extra
+    assert v.verify("<tool_call>{bad}</tool_call>" + flood, REF).status is Status.PARSE_ERROR
+    # never below the number of expected calls
+    many = {"expected": [{"name": "f", "arguments": {}}] * 12}
+    assert v.verify("[" + ", ".join(["f()"] * 12) + "]", many).status is Status.CORRECT
+
+
 @pytest.mark.parametrize(
     "reference,message",
     [

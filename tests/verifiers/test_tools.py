@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from veristep.verifiers import Status, Verifier, get_verifier
 from veristep.verifiers.tools import ToolCallVerifier
 
@@ -237,3 +239,39 @@ def test_verify_batch_in_worker_processes_matches_in_process(test_data_dir):
     assert [r.status for r in again] == [r.status for r in expected[:3]]
     with pytest.raises(ValueError, match="references"):
         inline.verify_batch(completions, refs[:1])
+
+
+_PIECES = [
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "[TOOL_CALLS]",
+    "<function=get_time>",
+    "<parameter=tz>",
+    "</parameter>",
+    "</function>",
+    '{"name": "get_time", "arguments": {"tz": "UTC"}}',
+    '{"name": "get_weather"',
+    "[get_time(tz='UTC')]",
+    "[ARGS]",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    ",",
+    " ",
+    "\n",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.lists(st.sampled_from(_PIECES), max_size=30).map("".join), partial=st.booleans())
+def test_property_verify_never_raises_and_reward_is_consistent(text, partial):
+    v = ToolCallVerifier(workers=0, partial_credit=partial)
+    result = v.verify(text, REF)
+    assert result.status is not Status.INTERNAL_ERROR
+    assert 0.0 <= result.reward <= 1.0
+    assert (result.reward == 1.0) is result.correct is (result.status is Status.CORRECT)
+    json.dumps(result.to_record())

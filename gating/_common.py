@@ -126,7 +126,7 @@ def flat_groups(values: torch.Tensor, mask: torch.Tensor | None = None) -> torch
 
     Rows with no valid entry count as flat.
     """
-    v = values.reshape(values.shape[0], -1)
+    v = values.flatten(1)
     if mask is None:
         if v.shape[1] == 0:
             return torch.ones(v.shape[0], dtype=torch.bool, device=v.device)
@@ -150,7 +150,7 @@ def group_moments(
 
     A row with count <= ddof has std 0 (its deviations are 0 as well).
     """
-    v = values.reshape(values.shape[0], -1)
+    v = values.flatten(1)
     if mask is None:
         count = torch.full((v.shape[0], 1), v.shape[1], dtype=v.dtype, device=v.device)
         v0 = v

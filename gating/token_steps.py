@@ -18,15 +18,20 @@ def broadcast_to_tokens(advantages: torch.Tensor, token_mask: torch.Tensor) -> t
 
 
 def check_token_step(token_step: torch.Tensor, n_steps: int) -> None:
-    """Raise unless token_step is an integer tensor with values in [-1, n_steps - 1]."""
+    """Raise unless token_step is an integer tensor with values in [-1, max(n_steps - 1, 0)].
+
+    Index 0 stays legal when there are no steps at all (S = 0): a batch in which no group
+    reaches the PRM still marks its completion tokens with a non-negative index.
+    """
     if not isinstance(token_step, torch.Tensor):
         raise TypeError(f"token_step must be a torch.Tensor, got {type(token_step).__name__}")
     if token_step.is_floating_point() or token_step.dtype == torch.bool:
         raise ValueError(f"token_step must hold integer step indices, got dtype {token_step.dtype}")
-    if token_step.numel() and bool(((token_step < -1) | (token_step >= n_steps)).any()):
+    top = max(n_steps - 1, 0)
+    if token_step.numel() and bool(((token_step < -1) | (token_step > top)).any()):
         lo, hi = int(token_step.min()), int(token_step.max())
         raise ValueError(
-            f"token_step values must be -1 (padding) or a step index in [0, {n_steps - 1}], "
+            f"token_step values must be -1 (padding) or a step index in [0, {top}], "
             f"got values in [{lo}, {hi}]"
         )
 

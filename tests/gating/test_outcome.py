@@ -6,7 +6,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from veristep.gating import collapse_mask, outcome_advantages
 from veristep.gating import reference as ref
 

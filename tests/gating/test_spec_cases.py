@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from veristep.gating import (
     clipped_surrogate,
     collapse_metrics,

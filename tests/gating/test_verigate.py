@@ -6,7 +6,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from veristep.gating import (
     broadcast_to_tokens,
     collapse_mask,

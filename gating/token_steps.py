@@ -28,8 +28,10 @@ def check_token_step(token_step: torch.Tensor, n_steps: int) -> None:
     if token_step.is_floating_point() or token_step.dtype == torch.bool:
         raise ValueError(f"token_step must hold integer step indices, got dtype {token_step.dtype}")
     top = max(n_steps - 1, 0)
-    if token_step.numel() and bool(((token_step < -1) | (token_step > top)).any()):
-        lo, hi = int(token_step.min()), int(token_step.max())
+    if not token_step.numel():
+        return
+    lo, hi = (int(v) for v in torch.aminmax(token_step))
+    if lo < -1 or hi > top:
         raise ValueError(
             f"token_step values must be -1 (padding) or a step index in [0, {top}], "
             f"got values in [{lo}, {hi}]"
@@ -51,12 +53,10 @@ def steps_to_tokens(step_values: torch.Tensor, token_step: torch.Tensor) -> torc
 
 def _gather_steps(step_values: torch.Tensor, token_step: torch.Tensor) -> torch.Tensor:
     """steps_to_tokens without validation."""
-    if step_values.shape[-1] == 0:  # no steps anywhere: every token must be padding
-        return torch.zeros(token_step.shape, dtype=step_values.dtype, device=step_values.device)
-    index = token_step.clamp(min=0).long()
-    gathered = torch.gather(step_values, -1, index)
-    zero = torch.zeros((), dtype=step_values.dtype, device=step_values.device)
-    return torch.where(token_step >= 0, gathered, zero)
+    # A leading zero column turns padding (-1) into index 0: one gather, no masking pass.
+    zero = step_values.new_zeros(step_values.shape[:2] + (1,))
+    table = torch.cat([zero, step_values], dim=-1)
+    return torch.gather(table, -1, token_step.long() + 1)
 
 
 def token_step_from_offsets(

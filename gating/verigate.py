@@ -21,7 +21,7 @@ from ._common import (
     parse_option,
 )
 from .monitors import _check_rewards, _collapse, collapse_stats
-from .token_steps import _gather_steps, check_token_step
+from .token_steps import check_token_step
 
 
 def _check_steps(
@@ -148,23 +148,28 @@ def verigate_advantages(
         gated = collapsed
     check_finite("step_scores", scores, mask & gated[:, None, None])
 
+    if scores.shape[-1] == 0:  # no steps at all: one masked step keeps the table below valid
+        scores = scores.new_zeros(scores.shape[:2] + (1,))
+        mask = mask.new_zeros(scores.shape)
+
     zero = torch.zeros((), dtype=dtype, device=rewards.device)
     outcome = group_normalise(rewards, None, ddof, eps)
     # tau > 0 can call a group collapsed whose rewards still differ slightly: it gets 0 too.
     outcome = torch.where(collapsed.unsqueeze(-1), zero, outcome)
     step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
-    on_tokens = token_step >= 0
-    token_outcome = torch.where(on_tokens, outcome.unsqueeze(-1), zero)
-    token_prm = _gather_steps(step_adv, token_step)
-    adv = torch.where(gated[:, None, None], token_prm, token_outcome)
+    # One [N, G, S] table serves both branches (a gated group's step advantages, else the
+    # outcome advantage on every step), so the [N, G, T] work is a single gather.
+    table = torch.where(gated[:, None, None], step_adv, outcome.unsqueeze(-1))
+    index = token_step.long() + 1  # padding (-1) reads the leading zero column
+    adv = torch.gather(torch.cat([table.new_zeros(table.shape[:2] + (1,)), table], -1), -1, index)
 
     stats = collapse_stats(rewards, tau, low, high)
     n_gated = gated.sum()
     gated_steps = (mask.sum(-1) * gated.unsqueeze(-1)).sum()
     gated_responses = n_gated * rewards.shape[1]
     prm_flat = gated & ~(step_adv != 0).flatten(1).any(-1)
-    n_tokens = on_tokens.sum()
-    nonzero = ((adv != 0) & on_tokens).sum()
+    n_tokens = torch.count_nonzero(index)
+    nonzero = torch.count_nonzero(adv)  # padding is exactly 0
     values = torch.stack(
         [
             n_gated.to(torch.float64),

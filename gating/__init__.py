@@ -1,7 +1,8 @@
 """Advantage estimators, the VeriGate gate and collapse monitors (pure tensor functions).
 
 Shapes: N prompts, G samples each, S steps, T completion tokens; padding is masked
-(step_mask False, token_step -1). See docs/gating-spec.md for every estimator.
+(step_mask False, token_step -1). Every estimator is defined in the gating spec
+(shared/docs/gating-spec.md); README.md "## Gating" summarises the conventions.
 """
 
 from ._common import Agg, Gate, OutcomeMethod, Std, VirtualValue

@@ -14,6 +14,7 @@ from .prm_outcome import prm_as_outcome_rewards
 from .token_steps import broadcast_to_tokens, steps_to_tokens, token_step_from_offsets
 from .verigate import (
     future_cumulated_rewards,
+    gate_mask,
     prm_step_advantages,
     process_grpo_advantages,
     verigate_advantages,
@@ -34,6 +35,7 @@ __all__ = [
     "collapse_stats",
     "dynamic_sampling_keep",
     "future_cumulated_rewards",
+    "gate_mask",
     "outcome_advantages",
     "overlong_penalty",
     "prm_as_outcome_rewards",

@@ -75,6 +75,7 @@ class PromptPool:
         self._count: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
+        """Number of prompts seen so far."""
         return len(self._ema)
 
     def update(

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 Group = Sequence[float]
 Steps = Sequence[Sequence[float]]  # one list of step scores per rollout of a group
@@ -57,10 +61,12 @@ def collapsed(group: Group, tau: float = 0.0) -> bool:
 
 
 def _at_or_below(v: float, bound: float) -> bool:
+    """v <= bound, counting close as equal."""
     return v <= bound or _close(v, bound)
 
 
 def _at_or_above(v: float, bound: float) -> bool:
+    """v >= bound, counting close as equal."""
     return v >= bound or _close(v, bound)
 
 
@@ -222,9 +228,9 @@ def pad_case(
     token_steps: Sequence[Sequence[Sequence[int]]],
     extra_steps: int = 0,
     extra_tokens: int = 0,
-    dtype=None,
+    dtype: torch.dtype | None = None,
     fill: float = 0.0,
-):
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Ragged lists -> (rewards [N, G], step_scores [N, G, S], step_mask, token_step [N, G, T]).
 
     Pads with `extra_steps` / `extra_tokens` beyond the longest row; padded step scores hold
@@ -250,7 +256,7 @@ def pad_case(
     return rewards, scores, mask, token_step
 
 
-def unpad_tokens(advantages, token_step) -> list[list[list[float]]]:
+def unpad_tokens(advantages: torch.Tensor, token_step: torch.Tensor) -> list[list[list[float]]]:
     """Token advantages [N, G, T] -> ragged lists over the non-padding tokens (token_step >= 0)."""
     adv, ts = advantages.tolist(), token_step.tolist()
     return [

@@ -98,6 +98,25 @@ def process_grpo_advantages(
     return _suffix_sum(group_normalise(scores, mask, ddof, eps), mask)
 
 
+def gate_mask(
+    rewards: torch.Tensor, gate: str = "all_wrong", tau: float = 0.0, low: float = 0.0
+) -> torch.Tensor:
+    """bool[N]: the groups VeriGate sends to the PRM branch; score only these with the PRM.
+
+    "all_wrong": collapsed and every reward at or below `low`; "any_collapsed": collapsed.
+    """
+    rewards = _check_rewards(rewards)
+    return _gate(rewards, parse_option(Gate, gate, "gate"), tau, low)
+
+
+def _gate(rewards: torch.Tensor, gate: Gate, tau: float, low: float) -> torch.Tensor:
+    """gate_mask without validation."""
+    collapsed = _collapse(rewards, tau)
+    if gate is Gate.ALL_WRONG:
+        return collapsed & at_or_beyond(rewards, low, above=False).all(-1)
+    return collapsed
+
+
 def verigate_advantages(
     rewards: torch.Tensor,
     step_scores: torch.Tensor,
@@ -142,10 +161,7 @@ def verigate_advantages(
     rewards, scores = rewards.to(dtype), scores.to(dtype)
 
     collapsed = _collapse(rewards, tau)
-    if gate_kind is Gate.ALL_WRONG:
-        gated = collapsed & at_or_beyond(rewards, low, above=False).all(-1)
-    else:
-        gated = collapsed
+    gated = _gate(rewards, gate_kind, tau, low)
     check_finite("step_scores", scores, mask & gated[:, None, None])
 
     if scores.shape[-1] == 0:  # no steps at all: one masked step keeps the table below valid

@@ -10,6 +10,7 @@ from veristep.gating import (
     broadcast_to_tokens,
     collapse_mask,
     future_cumulated_rewards,
+    gate_mask,
     outcome_advantages,
     prm_step_advantages,
     process_grpo_advantages,
@@ -269,3 +270,18 @@ def test_cuda_matches_cpu():
     assert gpu.device.type == "cuda"
     torch.testing.assert_close(gpu.cpu(), cpu)
     assert m_cpu == pytest.approx(m_gpu)
+
+
+@SETTINGS
+@given(case=cases(), gate=st.sampled_from(["all_wrong", "any_collapsed"]))
+def test_gate_mask_names_exactly_the_prm_groups(case, gate):
+    """Only groups in gate_mask read step scores: NaN everywhere else changes nothing."""
+    groups, steps, token_steps = case
+    rewards, scores, mask, token_step = ref.pad_case(groups, steps, token_steps, dtype=torch.float64)
+    to_prm = gate_mask(rewards, gate)
+    _, expected_gated = ref.verigate(groups, steps, token_steps, gate)
+    assert to_prm.tolist() == expected_gated
+    poisoned = torch.where(to_prm[:, None, None], scores, torch.nan)
+    adv, metrics = verigate_advantages(rewards, scores, mask, token_step, gate=gate)
+    adv_p, metrics_p = verigate_advantages(rewards, poisoned, mask, token_step, gate=gate)
+    assert torch.equal(adv, adv_p) and metrics == metrics_p

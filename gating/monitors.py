@@ -35,8 +35,14 @@ def _collapse(rewards: torch.Tensor, tau: float) -> torch.Tensor:
 def collapse_stats(
     rewards: torch.Tensor, tau: float = 0.0, low: float = 0.0, high: float = 1.0
 ) -> dict[str, torch.Tensor]:
-    """Like `collapse_metrics` but returns 0-dim tensors (no host sync), for callers that batch syncs."""
-    rewards = _check_rewards(rewards)
+    """Like `collapse_metrics` but returns 0-dim tensors, for callers that batch their syncs."""
+    return _collapse_stats(_check_rewards(rewards), tau, low, high)
+
+
+def _collapse_stats(
+    rewards: torch.Tensor, tau: float, low: float, high: float
+) -> dict[str, torch.Tensor]:
+    """collapse_stats without validating the rewards."""
     if not high > low:
         raise ValueError(f"need high > low, got low={low}, high={high}")
     collapsed = _collapse(rewards, tau)

@@ -20,7 +20,7 @@ from ._common import (
     group_normalise,
     parse_option,
 )
-from .monitors import _check_rewards, _collapse, collapse_stats
+from .monitors import _check_rewards, _collapse, _collapse_stats
 from .token_steps import check_token_step
 
 
@@ -157,6 +157,8 @@ def verigate_advantages(
     ddof = parse_option(Std, std, "std").ddof
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
+    if not high > low:
+        raise ValueError(f"need high > low, got low={low}, high={high}")
     dtype = torch.promote_types(rewards.dtype, scores.dtype)
     rewards, scores = rewards.to(dtype), scores.to(dtype)
 
@@ -179,7 +181,7 @@ def verigate_advantages(
     index = token_step.long() + 1  # padding (-1) reads the leading zero column
     adv = torch.gather(torch.cat([table.new_zeros(table.shape[:2] + (1,)), table], -1), -1, index)
 
-    stats = collapse_stats(rewards, tau, low, high)
+    stats = _collapse_stats(rewards, tau, low, high)
     n_gated = gated.sum()
     gated_steps = (mask.sum(-1) * gated.unsqueeze(-1)).sum()
     gated_responses = n_gated * rewards.shape[1]

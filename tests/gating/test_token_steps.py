@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from veristep.gating import broadcast_to_tokens, steps_to_tokens, token_step_from_offsets
 
 
@@ -70,3 +72,29 @@ def test_unsorted_steps_rejected():
             torch.tensor([[[0, 1]]]), torch.ones(1, 1, 2, dtype=torch.bool),
             torch.tensor([[[5, 0]]]), torch.ones(1, 1, 2, dtype=torch.bool),
         )
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n_resp=st.integers(1, 4))
+def test_token_step_from_offsets_matches_brute_force(data, n_resp):
+    """Each token goes to the last valid step starting at or before it (first step if none)."""
+    rows = []
+    for _ in range(n_resp):
+        step_starts = sorted(data.draw(st.sets(st.integers(0, 60), max_size=5)))
+        token_starts = sorted(data.draw(st.lists(st.integers(0, 70), max_size=8)))
+        rows.append((step_starts, token_starts))
+    s = max(len(r[0]) for r in rows) + 1
+    t = max(len(r[1]) for r in rows) + 1
+    steps = torch.zeros(1, n_resp, s, dtype=torch.long)
+    smask = torch.zeros(1, n_resp, s, dtype=torch.bool)
+    toks = torch.zeros(1, n_resp, t, dtype=torch.long)
+    tmask = torch.zeros(1, n_resp, t, dtype=torch.bool)
+    for i, (st_, tk) in enumerate(rows):
+        steps[0, i, : len(st_)] = torch.tensor(st_, dtype=torch.long)
+        smask[0, i, : len(st_)] = True
+        toks[0, i, : len(tk)] = torch.tensor(tk, dtype=torch.long)
+        tmask[0, i, : len(tk)] = True
+    out = token_step_from_offsets(toks, tmask, steps, smask)[0].tolist()
+    for i, (st_, tk) in enumerate(rows):
+        expected = [max([0] + [j for j, start in enumerate(st_) if start <= pos]) for pos in tk]
+        assert out[i] == expected + [-1] * (t - len(tk))

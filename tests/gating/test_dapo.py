@@ -17,7 +17,7 @@ def test_dynamic_sampling_drops_all_right_and_all_wrong():
         dynamic_sampling_keep(torch.zeros(3, 1))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=20),
     max_len=st.integers(1, 2000),

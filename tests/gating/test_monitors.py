@@ -21,7 +21,7 @@ def batches(draw):
             for _ in range(n)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(groups=batches(), tau=st.sampled_from([0.0, 0.05, 0.3]))
 def test_matches_reference(groups, tau):
     rewards = torch.tensor(groups, dtype=torch.float64)
@@ -64,7 +64,7 @@ def test_iid_binary_acr_matches_closed_form():
     gen = torch.Generator().manual_seed(0)
     n = 20000
     for p in (0.1, 0.5, 0.8):
-        for g in (2, 4, 8):
+        for g in (2, 8):
             rewards = (torch.rand(n, g, generator=gen) < p).float()
             expected = p**g + (1 - p) ** g
             sigma = math.sqrt(expected * (1 - expected) / n)

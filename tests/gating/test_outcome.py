@@ -29,7 +29,7 @@ def reward_batches(draw, binary: bool = False, max_g: int = 6):
     return groups
 
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=40, deadline=None)
 
 
 @SETTINGS

@@ -12,7 +12,7 @@ from veristep.gating import reference as ref
 rows = st.lists(st.lists(st.floats(0.0, 1.0), max_size=5), min_size=1, max_size=6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(ragged=rows, agg=st.sampled_from(["min", "prod", "mean", "last"]), extra=st.integers(0, 2))
 def test_matches_reference(ragged, agg, extra):
     s = max(len(r) for r in ragged) + extra

@@ -74,7 +74,7 @@ def test_unsorted_steps_rejected():
         )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(data=st.data(), n_resp=st.integers(1, 4))
 def test_token_step_from_offsets_matches_brute_force(data, n_resp):
     """Each token goes to the last valid step starting at or before it (first step if none)."""

@@ -18,7 +18,7 @@ from veristep.gating import (
 )
 from veristep.gating import reference as ref
 
-SETTINGS = settings(max_examples=50, deadline=None)
+SETTINGS = settings(max_examples=35, deadline=None)
 
 
 @st.composite

@@ -61,7 +61,7 @@ def token_step_index(
     offsets: Sequence[tuple[int, int]],
     num_tokens: int,
 ) -> list[int]:
-    """Return the step index of each of `num_tokens` completion tokens, -1 if there are no steps.
+    """Return the step index of each of `num_tokens` completion tokens.
 
     `offsets` are the tokenizer's (start, end) character offsets of the completion tokens
     (relative to the completion). Step j owns the characters from its start up to the start
@@ -70,12 +70,14 @@ def token_step_index(
     straddles a boundary goes to the earlier step. Zero-width tokens (EOS, BOS, special
     tokens with offset (0, 0)) and tokens past the end of `offsets` take the step of the token
     before them; indices never decrease along the sequence, so trailing tokens belong to the
-    last step.
+    last step. A completion without steps maps every token to step 0, as
+    veristep.gating.token_step_from_offsets does (that step is masked, so its tokens get no
+    PRM advantage but still count as completion tokens; -1 is left for padding).
     """
     if num_tokens < 0:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
     if not spans:
-        return [-1] * num_tokens
+        return [0] * num_tokens
     starts = [a for a, _ in spans]
     result: list[int] = []
     current = 0

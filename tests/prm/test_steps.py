@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from veristep.prm.steps import split_steps, step_texts, token_step_index
 
@@ -65,8 +65,9 @@ def test_token_map_overlapping_offsets_never_go_back():
     assert token_step_index(spans, offsets, 4) == [0, 1, 1, 1]
 
 
-def test_token_map_without_steps_is_padding():
-    assert token_step_index([], [(0, 1)], 3) == [-1, -1, -1]
+def test_token_map_without_steps_is_step_zero():
+    # Same convention as veristep.gating.token_step_from_offsets: step 0, masked there.
+    assert token_step_index([], [(0, 1)], 3) == [0, 0, 0]
     with pytest.raises(ValueError):
         token_step_index([(0, 1)], [], -1)
 
@@ -88,7 +89,7 @@ def test_token_map_properties(pieces, width):
     offsets = [(i, min(i + width, len(text))) for i in range(0, len(text), width)]
     idx = token_step_index(spans, offsets, len(offsets) + 1)
     if not spans:
-        assert set(idx) <= {-1}
+        assert set(idx) <= {0}
         return
     assert all(0 <= k < len(spans) for k in idx)
     assert idx == sorted(idx)  # never decreasing
@@ -121,3 +122,25 @@ def test_token_map_with_a_trained_byte_level_bpe():
             owner = max([j for j, s in enumerate(starts) if s <= a], default=0)
             assert k == owner
     assert idx == sorted(idx) and idx[0] == 0 and idx[-1] == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab \n", min_size=0, max_size=6), min_size=1, max_size=5),
+       st.integers(min_value=1, max_value=4))
+def test_token_map_agrees_with_the_gating_tensor_version(pieces, width):
+    # The trainer may use either; they must assign every token of positive width alike.
+    import torch
+    from veristep.gating import token_step_from_offsets
+
+    text = "\n\n".join(pieces)
+    spans = split_steps(text)
+    offsets = [(i, min(i + width, len(text))) for i in range(0, len(text), width)]
+    if not offsets:
+        return
+    ours = token_step_index(spans, offsets, len(offsets))
+    starts = [s for s, _ in spans] or [0]
+    theirs = token_step_from_offsets(
+        torch.tensor([[[a for a, _ in offsets]]]), torch.ones(1, 1, len(offsets), dtype=torch.bool),
+        torch.tensor([[starts]]), torch.tensor([[[bool(spans)] * len(starts)]]),
+    )
+    assert theirs[0, 0].tolist() == ours

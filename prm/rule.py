@@ -153,7 +153,10 @@ def _first_side_detached(side: list[_Tok]) -> bool:
 
 def check_claims(text: str) -> list[ArithClaim]:
     """Find and check every arithmetic equality chain in `text`; never raises on any input."""
-    toks = _tokenize(_normalise(text[:MAX_STEP_CHARS]))
+    if len(text) > MAX_STEP_CHARS:
+        # The cut may split a number ("= 1|7"): a trailing command makes that edge unjudgeable.
+        text = text[:MAX_STEP_CHARS] + "\\truncated"
+    toks = _tokenize(_normalise(text))
     claims: list[ArithClaim] = []
     i = 0
     while i < len(toks):

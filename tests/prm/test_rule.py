@@ -84,6 +84,16 @@ def test_uncheckable_steps(text):
     assert check_step(text).verdict is None
 
 
+def test_long_step_cut_mid_number_is_not_judged():
+    from veristep.prm.rule import MAX_STEP_CHARS
+
+    tail = " 1+1=2, then 12 + 5 = 17"
+    text = "x" * (MAX_STEP_CHARS - tail.index("17") - 1) + tail
+    assert text[:MAX_STEP_CHARS].endswith("= 1")
+    claims = check_claims(text)
+    assert [(c.left, c.right) for c in claims] == [("1+1", "2")]  # "12 + 5 = 1|7" is cut
+
+
 def test_chain_records_every_link_exactly():
     claims = check_claims("2+3 = 5 = 10/2")
     assert [(c.left, c.right, c.correct) for c in claims] == [("2+3", "5", True), ("5", "10/2", True)]

@@ -286,6 +286,7 @@ class _Parser:
         return False
 
     def expression(self, depth: int) -> Fraction:
+        """expression := term (("+" | "-") term)*"""
         if depth > _MAX_DEPTH:
             raise _Uncheckable("nesting too deep")
         value = self.term(depth)
@@ -300,6 +301,7 @@ class _Parser:
             _check_size(value)
 
     def term(self, depth: int) -> Fraction:
+        """term := unary (("*" | "/" | implicit product) unary)*"""
         value = self.unary(depth)
         while True:
             self._skip_space()
@@ -320,6 +322,7 @@ class _Parser:
         return prev is not None and prev.kind in ("num", "rp", "pct")
 
     def unary(self, depth: int) -> Fraction:
+        """unary := ("+" | "-") unary | power"""
         self._skip_space()
         t = self._peek()
         if t is not None and t.kind == "op" and t.text in "+-":
@@ -329,6 +332,7 @@ class _Parser:
         return self.power(depth)
 
     def power(self, depth: int) -> Fraction:
+        """power := postfix ("^" unary)?, bounded"""
         base = self.postfix(depth)
         self._skip_space()
         t = self._peek()
@@ -339,6 +343,7 @@ class _Parser:
         return base
 
     def postfix(self, depth: int) -> Fraction:
+        """postfix := atom "%"*"""
         value = self.atom(depth)
         while self.pos < len(self.toks) and self.toks[self.pos].kind == "pct":
             self.pos += 1
@@ -346,6 +351,7 @@ class _Parser:
         return value
 
     def atom(self, depth: int) -> Fraction:
+        """atom := number | "(" expression ")" | "√" atom"""
         self._skip_space()
         t = self._peek()
         if t is None:

@@ -76,28 +76,21 @@ def token_step_index(
     """
     if num_tokens < 0:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    if not spans:
-        return [0] * num_tokens
-    starts = [a for a, _ in spans]
-    result: list[int] = []
-    current = 0
-    for i in range(num_tokens):
-        if i < len(offsets):
-            a, b = offsets[i]
-            if b > a:
-                # Tokens are in order: a later token never goes back to an earlier step.
-                current = max(current, _owner(starts, a))
-        result.append(current)
-    return result
+    if num_tokens == 0:
+        return []
+    import torch
 
+    from veristep.gating import token_step_from_offsets
 
-def _owner(starts: list[int], char: int) -> int:
-    """Index of the last step starting at or before `char` (0 if before every step)."""
-    lo, hi = 0, len(starts)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if starts[mid] <= char:
-            lo = mid + 1
-        else:
-            hi = mid
-    return max(lo - 1, 0)
+    # One mapping for the whole project: the gate's tensor version. Zero-width tokens and
+    # tokens without an offset get start 0, which its monotone rule sends to the step before.
+    token_starts = [a if b > a else 0 for a, b in list(offsets)[:num_tokens]]
+    token_starts += [0] * (num_tokens - len(token_starts))
+    step_starts = [a for a, _ in spans] or [0]
+    token_step = token_step_from_offsets(
+        torch.tensor([[token_starts]], dtype=torch.long),
+        torch.ones(1, 1, num_tokens, dtype=torch.bool),
+        torch.tensor([[step_starts]], dtype=torch.long),
+        torch.full((1, 1, len(step_starts)), bool(spans)),
+    )
+    return token_step[0, 0].tolist()

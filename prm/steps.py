@@ -79,7 +79,6 @@ def token_step_index(
     if num_tokens == 0:
         return []
     import torch
-
     from veristep.gating import token_step_from_offsets
 
     # One mapping for the whole project: the gate's tensor version. Zero-width tokens and

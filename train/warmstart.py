@@ -186,6 +186,7 @@ def train_warm_start(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> dict[
         "demo_correct_rate": sum(d.correct for d in demos) / len(demos),
         "loss_first": losses[0],
         "loss_last": sum(losses[-20:]) / len(losses[-20:]),
+        "loss_curve": [round(sum(losses[i : i + 25]) / len(losses[i : i + 25]), 4) for i in range(0, len(losses), 25)],
         "train_seconds": round(train_s, 2),
         "eval_seconds": round(eval_s, 2),
         "torch_threads": torch.get_num_threads(),

@@ -56,20 +56,29 @@ class Difficulty:
             raise ValueError(f"ops must be a non-empty subset of {OPS!r}, got {self.ops!r}")
 
 
-#: Named presets, from "nearly always solved" to "rarely solved" by the warm-started model.
+#: Named presets, from "often solved" to "rarely solved" by the warm-started model. A problem
+#: set drawn with no difficulty keywords mixes them evenly (each problem names its level).
 LEVELS: dict[str, Difficulty] = {
-    "easy": Difficulty(min_steps=2, max_steps=2, max_operand=9, max_factor=5),
-    "medium": Difficulty(min_steps=3, max_steps=3, max_operand=20, max_factor=9),
-    "hard": Difficulty(min_steps=4, max_steps=4, max_operand=50, max_factor=9),
+    "easy": Difficulty(min_steps=2, max_steps=2, max_operand=9, max_factor=3),
+    "medium": Difficulty(min_steps=3, max_steps=3, max_operand=9, max_factor=5),
+    "hard": Difficulty(min_steps=4, max_steps=4, max_operand=20, max_factor=9),
 }
+MIXED = "mixed"
 
 
-def difficulty_from_kwargs(**difficulty: Any) -> Difficulty:
-    """Build a `Difficulty` from keywords: a `level` preset name, `steps` (int or (lo, hi)), or fields."""
+def difficulty_from_kwargs(**difficulty: Any) -> Difficulty | None:
+    """Build a `Difficulty` from keywords: a `level` preset name, `steps` (int or (lo, hi)), or fields.
+
+    Returns None for the even mix of the preset levels (no keywords, or ``level="mixed"``).
+    """
     level = difficulty.pop("level", None)
+    if level == MIXED or (level is None and not difficulty):
+        if difficulty:
+            raise ValueError(f"level={MIXED!r} takes no other difficulty options, got {sorted(difficulty)}")
+        return None
     if level is not None:
         if level not in LEVELS:
-            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+            raise ValueError(f"unknown level {level!r}; choose one of {', '.join([*LEVELS, MIXED])}")
         difficulty = {**asdict(LEVELS[level]), **difficulty}
     steps = difficulty.pop("steps", None)
     if steps is not None:
@@ -153,8 +162,16 @@ def _wrong_value(rng: random.Random, value: int) -> int:
     return wrong if wrong >= 0 else value + abs(delta)
 
 
-def make_problem(rng: random.Random, difficulty: Difficulty) -> dict[str, Any]:
-    """Draw one problem with its reference answer and step-wise reference solution."""
+def make_problem(rng: random.Random, difficulty: Difficulty | None) -> dict[str, Any]:
+    """Draw one problem with its reference answer and step-wise reference solution.
+
+    `difficulty` None draws the level of the problem evenly from the presets.
+    """
+    if difficulty is None:
+        level = rng.choice(list(LEVELS))
+        difficulty = LEVELS[level]
+    else:
+        level = next((name for name, d in LEVELS.items() if d == difficulty), "custom")
     start, chain = _draw_chain(rng, difficulty)
     lines, final = _solution_lines(start, chain)
     return {
@@ -162,15 +179,16 @@ def make_problem(rng: random.Random, difficulty: Difficulty) -> dict[str, Any]:
         "answer": str(final),
         "solution": STEP_SEPARATOR.join([*lines, f"{ANSWER_PREFIX}{final}"]),
         "num_steps": len(chain),
+        "level": level,
     }
 
 
 def make_problems(n: int, seed: int, **difficulty: Any) -> list[dict[str, Any]]:
-    """Generate `n` problems deterministically from `seed` (keys prompt, answer, solution, num_steps).
+    """Generate `n` problems deterministically from `seed` (keys prompt, answer, solution, num_steps, level).
 
-    Difficulty keywords: ``level`` ("easy", "medium", "hard"), ``steps`` (an int or a
-    (min, max) pair), or any `Difficulty` field (min_steps, max_steps, max_operand,
-    max_factor, ops).
+    Difficulty keywords: ``level`` ("easy", "medium", "hard", or "mixed": the default, an
+    even mix of the three), ``steps`` (an int or a (min, max) pair), or any `Difficulty`
+    field (min_steps, max_steps, max_operand, max_factor, ops).
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")

@@ -27,7 +27,7 @@ from typing import Any
 from .task import LEVELS, check_completion, make_noisy_demonstrations, make_problems
 
 #: Bump when the training code changes what a recipe produces, so old caches are rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 META_FILE = "warmstart.json"
 
 
@@ -44,12 +44,12 @@ class WarmStartRecipe:
     # data: demonstrations drawn evenly from these difficulty levels of veristep.train.task
     levels: tuple[str, ...] = ("easy", "medium", "hard")
     demos_per_level: int = 4000
-    step_error_rate: float = 0.15
-    answer_error_rate: float = 0.05
+    step_error_rate: float = 0.05
+    answer_error_rate: float = 0.03
     # optimisation
-    train_steps: int = 300
+    train_steps: int = 600
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float = 2e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
     # evaluation written to warmstart.json (not part of training)

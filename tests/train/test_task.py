@@ -30,7 +30,17 @@ def test_generator_is_deterministic_per_seed():
     c = task.make_problems(50, seed=4, level="hard")
     assert a == b
     assert a != c
-    assert set(a[0]) >= {"prompt", "answer", "solution", "num_steps"}
+    assert set(a[0]) >= {"prompt", "answer", "solution", "num_steps", "level"}
+
+
+def test_default_mixes_the_levels_evenly():
+    problems = task.make_problems(900, seed=0)
+    counts = {lv: sum(p["level"] == lv for p in problems) for lv in task.LEVELS}
+    assert all(250 <= c <= 350 for c in counts.values()), counts
+    assert problems == task.make_problems(900, seed=0, level="mixed")
+    for p in problems[:100]:
+        d = task.LEVELS[p["level"]]
+        assert d.min_steps <= p["num_steps"] <= d.max_steps
 
 
 @pytest.mark.parametrize("level", list(task.LEVELS))
@@ -67,7 +77,14 @@ def test_difficulty_knob_controls_steps_and_operand_size():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"level": "impossible"}, {"steps": 0}, {"max_factor": 1}, {"ops": "/"}, {"digits": 3}],
+    [
+        {"level": "impossible"},
+        {"steps": 0},
+        {"max_factor": 1},
+        {"ops": "/"},
+        {"digits": 3},
+        {"level": "mixed", "steps": 2},
+    ],
 )
 def test_bad_difficulty_is_rejected_with_the_option_named(kwargs):
     with pytest.raises(ValueError):

@@ -49,8 +49,8 @@ class WarmStartRecipe:
     # optimisation
     train_steps: int = 600
     batch_size: int = 64
-    lr: float = 2e-3
-    warmup_steps: int = 20
+    lr: float = 3e-3
+    warmup_steps: int = 50
     weight_decay: float = 0.01
     # evaluation written to warmstart.json (not part of training)
     eval_per_level: int = 64

@@ -96,6 +96,8 @@ class RunResult:
     #: per step: step, rollouts (cumulative), acr, nonzero_frac, reward_mean, pass@1 (eval steps)
     curve: list[dict[str, Any]]
     output_dir: str
+    #: larger held-out check of the final model (see `final_eval`), filled in after training
+    final_eval: dict[str, float] | None = None
 
 
 def _trainer_config(settings: ExperimentSettings, method: str, seed: int, out: Path, steps: int, resume: bool):
@@ -178,6 +180,47 @@ def _collect(method: str, seed: int, summary: dict[str, Any], out: Path, wall: f
     )
 
 
+def final_model_dir(output_dir: str | Path) -> Path | None:
+    """The model folder of a run's last complete checkpoint."""
+    ckpts = sorted(Path(output_dir).glob("checkpoints/step-*/model"))
+    return ckpts[-1] if ckpts else None
+
+
+def final_eval(model_dir: str | Path, tokenizer_dir: str | Path, n: int, seed: int = 777,
+               samples: int = 2, max_new_tokens: int = 100) -> dict[str, float]:
+    """Exact-answer accuracy of a model on `n` fresh problems: greedy, and at temperature 1.
+
+    Independent of the trainer's own evaluation: other prompts, more of them, the task's
+    exact checker, and the same sampling seeds for every model.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from veristep.train.task import check_completion, make_problems
+    from veristep.train.warmstart import generate_completions
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    problems = make_problems(n, seed=seed)
+    prompts = [p["prompt"] for p in problems]
+    out = {}
+    for name, temperature, reps in (("greedy", 0.0, 1), ("t1", 1.0, samples)):
+        hits = []
+        for rep in range(reps):
+            completions = generate_completions(model, tokenizer, prompts, temperature, max_new_tokens, seed=rep)
+            hits += [check_completion(c, p["answer"]).correct
+                     for c, p in zip(completions, problems, strict=True)]
+        out[name] = sum(hits) / len(hits)
+    return out
+
+
+def _final_eval_job(job: tuple[str, str, int]) -> dict[str, float]:
+    """Worker entry point for `final_eval` with one torch thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    model_dir, tokenizer_dir, n = job
+    return final_eval(model_dir, tokenizer_dir, n)
+
+
 def _run_job(job: tuple[ExperimentSettings, str, int, str, int]) -> RunResult:
     """Worker entry point: one run, with its own torch thread count."""
     settings, method, seed, out_root, threads = job
@@ -218,6 +261,9 @@ def summarise(results: list[RunResult], methods: list[str]) -> list[dict[str, An
             row[f"{key}_mean"], row[f"{key}_std"] = _mean_std([getattr(r, key) for r in runs])
         gains = [r.accuracy_after - r.accuracy_before for r in runs
                  if r.accuracy_after is not None and r.accuracy_before is not None]
+        for mode in ("greedy", "t1"):
+            row[f"final_{mode}_mean"], row[f"final_{mode}_std"] = _mean_std(
+                [r.final_eval[mode] if r.final_eval else None for r in runs])
         row["gain_mean"], row["gain_std"] = _mean_std(gains)
         row["gain_min"], row["gain_max"] = (min(gains), max(gains)) if gains else (None, None)
         # Paired with GRPO on the same seed (same warm start, data order and eval prompts).
@@ -233,6 +279,17 @@ def _fmt(value: float | None, pct: bool = True, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{100 * value:.{digits}f}" if pct else f"{value:.{digits}f}"
+
+
+def format_final_table(rows: list[dict[str, Any]], base: dict[str, float] | None, n: int) -> str:
+    """Markdown table of the larger exact-answer check of the final models."""
+    lines = [f"| method | greedy acc. (n={n}) | T=1 acc. |", "|---|---|---|"]
+    if base:
+        lines.append(f"| warm start (before RL) | {_fmt(base['greedy'])} | {_fmt(base['t1'])} |")
+    for r in rows:
+        lines.append(f"| {r['method']} | {_fmt(r['final_greedy_mean'])} ± {_fmt(r['final_greedy_std'])} "
+                     f"| {_fmt(r['final_t1_mean'])} ± {_fmt(r['final_t1_std'])} |")
+    return "\n".join(lines)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -337,6 +394,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs-dir", default="runs/gating_experiment", help="trainer output folders")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                    help="path prefix of the .json and .png written")
+    p.add_argument("--final-eval", type=int, default=300, metavar="N",
+                   help="after training, check every final model (and the warm start) on N fresh problems, "
+                        "greedy and 2 samples at T=1, with the task's exact checker (0: skip)")
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="skip training: re-aggregate the runs recorded in this JSON (their run folders must "
+                        "still exist for --final-eval)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 1 seed, 2 steps, tiny eval (does not overwrite the committed results "
                         "unless --results is given)")
@@ -398,15 +461,31 @@ def main(argv: list[str] | None = None) -> int:
           f"{settings.rollout_budget} rollouts per run, {args.jobs} parallel job(s) x {threads} thread(s); "
           f"warm start {ws_path} ({ws_seconds:.0f} s this call)", flush=True)
     t_all = time.perf_counter()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
-            results = list(pool.map(_run_job, jobs))
+    if args.from_json:
+        previous = json.loads(args.from_json.read_text())
+        results = [RunResult(**{**r, "final_eval": r.get("final_eval")}) for r in previous["runs"]]
+        results = [r for r in results if r.method in methods and r.seed in seeds]
+        total_s = previous.get("total_seconds", 0.0)
     else:
-        results = [_run_job(job) for job in jobs]
-    total_s = time.perf_counter() - t_all
+        with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn")) as pool:
+            results = list(pool.map(_run_job, jobs))
+        total_s = time.perf_counter() - t_all
+    n_final = 16 if args.quick else args.final_eval
+    base_eval = None
+    if n_final:
+        t_eval = time.perf_counter()
+        dirs = [ws_path] + [final_model_dir(r.output_dir) for r in results]
+        todo = [(str(d), str(ws_path), n_final) for d in dirs if d is not None]
+        with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn")) as pool:
+            evals = iter(pool.map(_final_eval_job, todo))
+        base_eval = next(evals)
+        for r, d in zip(results, dirs[1:], strict=True):
+            r.final_eval = next(evals) if d is not None else None
+        print(f"final-model check on {n_final} fresh problems: {time.perf_counter() - t_eval:.0f} s")
 
     rows = summarise(results, methods)
     table = format_table(rows)
+    final_table = format_final_table(rows, base_eval, n_final) if n_final else ""
     png = results_prefix.with_suffix(".png")
     title = (f"veristep built-in task ({settings.dataset}), G={settings.group_size}, "
              f"{settings.prompts_per_step} prompts/step, budget {settings.rollout_budget} rollouts, "
@@ -417,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
         "methods": methods, "seeds": seeds,
         "warm_start": {"path": str(ws_path), **{k: v for k, v in ws_meta.items()}},
         "table": rows, "runs": [asdict(r) for r in results],
+        "final_eval": {"problems": n_final, "seed": 777, "t1_samples": 2, "warm_start": base_eval},
+        "markdown": {"table": table, "final_table": final_table},
         "total_seconds": round(total_s, 1), "jobs": args.jobs, "threads_per_job": threads,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": sys.version.split()[0],
@@ -427,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     json_path.write_text(json.dumps(report, indent=2))
     print()
     print(table)
+    if final_table:
+        print()
+        print(final_table)
     print(f"\nheld-out pass@1 in %, mean ± sample std over {len(seeds)} seeds; ACR and non-zero "
           f"advantage fraction are means over steps; compute columns are per run.")
     print(f"total {total_s / 60:.1f} min; wrote {json_path} and {png}")

@@ -59,7 +59,7 @@ class Config:
     eval_interval: int = field(default=10, metadata={"help": "evaluate every N steps (0: only before and after)"})
     eval_samples: int = field(default=0, metadata={"help": "samples per eval prompt (0: group_size); pass@G uses the unbiased estimator"})
     # --- rewards ---------------------------------------------------------------------------
-    verifier: str = field(default="math", metadata={"help": "verifier kind(s), comma separated (math, code, tools, format)"})
+    verifier: str = field(default="math", metadata={"help": "verifier kind(s), comma separated: math, code, tools, format, or module:Class / file.py:Class"})
     verifier_weights: str | None = field(default=None, metadata={"help": "comma separated weights, one per verifier (default: equal, summing to 1)"})
     verifier_workers: int | None = field(default=None, metadata={"help": "parallel workers for verify_batch"})
     prm: str = field(default="rule", metadata={"help": "PRM scorer spec for veristep.prm.load_scorer ('' for none)"})
@@ -214,8 +214,6 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     for f in dataclasses.fields(Config):
         tp = _field_type(f)
         flags = [f"--{f.name.replace('_', '-')}"]
-        if "_" in f.name:
-            flags.append(f"--{f.name}")
         help_text = f.metadata.get("help", "")
         default_text = f" (default: {f.default})"
         if tp is bool:

@@ -70,6 +70,7 @@ from veristep import gating  # noqa: E402
 def train(cfg: Config) -> dict[str, Any]:
     """Run a whole training job; return the final summary (also written to summary.json)."""
     cfg.validate()
+    _quiet_libraries()
     info = setup(cfg.device)
     if cfg.prompts_per_step % info.world_size:
         raise ConfigError(f"prompts_per_step={cfg.prompts_per_step}: must divide by the number of "
@@ -200,7 +201,7 @@ def train(cfg: Config) -> dict[str, Any]:
             t0 = time.perf_counter()
             adv_rows = adv.view(n * G, T).to(device)
             group_of_row = torch.tensor([_global_group(info, cfg, r // G) for r in range(n * G)])
-            stats = _optimise(cfg, model, ref_model, optimizer, batch, ro, adv_rows, group_of_row,
+            stats = optimise_policy(cfg, model, ref_model, optimizer, batch, ro, adv_rows, group_of_row,
                               winner_groups(adv), agg, loss_constant, info)
             scheduler.step()
             engine.update_weights(model)
@@ -270,11 +271,15 @@ def train(cfg: Config) -> dict[str, Any]:
 # The training update
 
 
-def _optimise(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Module | None,
+def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Module | None,
               optimizer: torch.optim.Optimizer, batch: PolicyBatch, ro: Rollouts,
               adv: torch.Tensor, group_of_row: torch.Tensor, winners: torch.Tensor, agg: str,
               loss_constant: float, info: DistInfo) -> dict[str, float]:
-    """PPO epochs x mini-batches of the clipped loss on one rollout batch; returns metrics."""
+    """PPO epochs x mini-batches of the clipped loss on one rollout batch; returns metrics.
+
+    `adv` `[B, T]` token advantages; `group_of_row` `[B]` global group index of each row (the
+    mini-batch key); `winners` `[N]` groups with a positive advantage (WAPO's divisor).
+    """
     G = cfg.group_size
     policy = unwrap(model)
     # pi_old is the policy that sampled the batch. With a single update per batch it equals
@@ -470,6 +475,14 @@ def _pass_at_k(n: int, c: int, k: int) -> float:
 
 # ------------------------------------------------------------------------------------------------
 # Set-up helpers
+
+
+def _quiet_libraries() -> None:
+    """Keep the console to our progress bar and step lines (no per-shard load/save bars)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 def _seed_everything(seed: int) -> None:

@@ -34,7 +34,7 @@ class OutcomeRewarder:
         cfg = {} if workers is None else {"workers": workers}
         self.kinds = list(kinds)
         self.weights = [float(w) for w in weights]
-        self.verifiers = [get_verifier(k, **cfg) for k in self.kinds]
+        self.verifiers = [_build_verifier(k, cfg) for k in self.kinds]
 
     def references(self, records: Sequence[dict[str, Any]]) -> list[list[Any]]:
         """Per record, one reference per verifier; ValueError names the missing field."""
@@ -63,6 +63,28 @@ class OutcomeRewarder:
             if k == 0:
                 statuses = [str(getattr(r.status, "value", r.status)) for r in results]
         return OutcomeRewards(total, correct, statuses, time.perf_counter() - t0)
+
+
+def _build_verifier(kind: str, cfg: dict[str, Any]) -> Any:
+    """A registered kind (`math`), or a user class as `package.module:Class` / `path/file.py:Class`."""
+    if ":" not in kind:
+        return get_verifier(kind, **cfg)
+    target, _, class_name = kind.rpartition(":")
+    if target.endswith(".py"):
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"_veristep_user_verifier_{abs(hash(target))}", target)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"verifier={kind!r}: cannot load {target}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    try:
+        cls = getattr(module, class_name)
+    except AttributeError:
+        raise ValueError(f"verifier={kind!r}: {target} has no class {class_name}") from None
+    return cls(**cfg)
 
 
 @dataclass

@@ -269,10 +269,12 @@ class VLLMRolloutEngine:
     def update_weights(self, model: torch.nn.Module) -> None:
         """Copy the trainer's weights into the engine's model (full tensors, in place)."""
         self.wake_up()
-        state = _full_state_dict(model)
-        weights = list(state.items())
-        self.llm.llm_engine.apply_model(lambda m: m.load_weights(weights))
-        self.llm.llm_engine.reset_prefix_cache()
+        weights = list(_full_state_dict(model).items())
+        # reload_weights re-runs vLLM's loader (stacking q/k/v, gate/up, CPU repacking) in place;
+        # a bare model.load_weights fails once the kernels have repacked the parameters.
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                          "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
         """Release weights and KV cache memory while training (vLLM sleep level 1)."""

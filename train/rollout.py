@@ -198,7 +198,7 @@ class VLLMRolloutEngine:
 
     def __init__(self, model_path: str, tokenizer: Any, sampling: SamplingConfig, dtype: str,
                  seed: int, max_model_len: int, gpu_memory_utilization: float = 0.3,
-                 sleep_mode: bool = False) -> None:
+                 sleep_mode: bool = False, tokenizer_path: str | None = None) -> None:
         # In-process engine core: weight pushes are plain in-memory copies, no IPC.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -211,7 +211,7 @@ class VLLMRolloutEngine:
         self.eos = eos_token_ids(tokenizer)
         kwargs: dict[str, Any] = dict(
             model=model_path,
-            tokenizer=model_path,
+            tokenizer=tokenizer_path or model_path,
             dtype=dtype,
             seed=seed,
             max_model_len=max_model_len,
@@ -313,6 +313,7 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, model_path: s
             model_path, tokenizer, sampling, dtype=dtype, seed=cfg.seed,
             max_model_len=cfg.vllm_max_model_len or (cfg.max_prompt_len + cfg.max_completion_len),
             gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, sleep_mode=cfg.vllm_sleep_mode,
+            tokenizer_path=cfg.tokenizer,
         )
     raise ValueError(f"rollout={cfg.rollout!r}: choose hf or vllm")
 

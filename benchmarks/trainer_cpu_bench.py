@@ -129,25 +129,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for both (1 avoids OpenMP contention on a shared CPU)")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of each trainer, alternating which goes first; times are summed")
     parser.add_argument("--out", default=str(HERE / "results" / "trainer_cpu_bench.json"))
     args = parser.parse_args(argv)
 
     from veristep.train.tiny import save_tiny_model
 
+    torch.set_num_threads(args.threads)
+    runs: dict[str, list[dict]] = {"veristep": [], "trl": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model_dir = save_tiny_model(tmp / "model", hidden_size=args.hidden_size, num_layers=args.layers)
         data = tmp / "prompts.jsonl"
         data.write_text("".join(json.dumps(p) + "\n" for p in _prompts(256)))
-        results = {}
-        # Alternate the order on seeds so neither always runs on a warmer machine.
-        order = ("veristep", "trl") if args.seed % 2 == 0 else ("trl", "veristep")
-        for name in order:
-            torch.manual_seed(args.seed)
-            if name == "veristep":
-                results[name] = run_veristep(args, model_dir, data, tmp / "veristep")
-            else:
-                results[name] = run_trl(args, model_dir, tmp / "trl")
+        for rep in range(args.repeats):
+            # Alternate the order so neither trainer always runs on a warmer (or busier) machine.
+            order = ("veristep", "trl") if rep % 2 == 0 else ("trl", "veristep")
+            for name in order:
+                torch.manual_seed(args.seed)
+                if name == "veristep":
+                    r = run_veristep(args, model_dir, data, tmp / f"veristep{rep}")
+                else:
+                    r = run_trl(args, model_dir, tmp / f"trl{rep}")
+                r["threads"] = torch.get_num_threads()
+                runs[name].append(r)
+    results = {}
+    for name, rs in runs.items():
+        results[name] = {k: sum(r[k] for r in rs) for k in ("seconds", "samples", "completion_tokens")}
+        results[name]["per_run_seconds"] = [r["seconds"] for r in rs]
+        results[name]["threads"] = sorted({r["threads"] for r in rs})
+        if "breakdown_s" in rs[0]:
+            results[name]["breakdown_s"] = {k: sum(r["breakdown_s"][k] for r in rs) for k in rs[0]["breakdown_s"]}
     for r in results.values():
         r["samples_per_s"] = r["samples"] / r["seconds"]
         r["tokens_per_s"] = r["completion_tokens"] / r["seconds"]
@@ -166,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"\n{'trainer':<10} {'timed steps':>11} {'seconds':>9} {'samples/s':>10} {'tokens/s':>10}")
     for name, r in results.items():
-        print(f"{name:<10} {args.steps - 1:>11} {r['seconds']:>9.2f} {r['samples_per_s']:>10.2f} {r['tokens_per_s']:>10.1f}")
+        print(f"{name:<10} {(args.steps - 1) * args.repeats:>11} {r['seconds']:>9.2f} {r['samples_per_s']:>10.2f} {r['tokens_per_s']:>10.1f}")
     print(f"ratio veristep/TRL: samples/s {ratio_samples:.2f}x, tokens/s {ratio_tokens:.2f}x")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,17 +17,18 @@ OUTCOME_METHOD = {"grpo": "grpo", "dapo": "grpo", "dr_grpo": "dr_grpo", "sign": 
                   "wapo": "wapo", "avspo": "avspo"}
 
 
-def prm_groups(method: str, rewards: torch.Tensor, correct: torch.Tensor, tau: float,
-               gate: str) -> list[int]:
-    """Indices of the groups whose completions the PRM must score (rewards/correct `[N, G]`)."""
+def prm_groups(method: str, rewards: torch.Tensor, tau: float, gate: str) -> list[int]:
+    """Indices of the groups whose completions the PRM must score (rewards `[N, G]`).
+
+    VeriGate: exactly the groups `veristep.gating.gate_mask` sends to its PRM branch, so
+    the PRM runs on nothing the gate will not read; prm_as_outcome: every group.
+    """
     if method == "prm_as_outcome":
         return list(range(rewards.shape[0]))
     if method != "verigate":
         return []
-    collapsed = gating.collapse_mask(rewards, tau)
-    if gate == "all_wrong":
-        collapsed = collapsed & ~correct.any(dim=1)
-    return [int(i) for i in torch.nonzero(collapsed).flatten()]
+    sent = gating.gate_mask(rewards, gate=gate, tau=tau, low=0.0)
+    return [int(i) for i in torch.nonzero(sent).flatten()]
 
 
 def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,

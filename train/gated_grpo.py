@@ -180,7 +180,7 @@ def train(cfg: Config) -> dict[str, Any]:
             correct = correct.view(n, G)
 
             # 3. gate: which groups collapsed, and which of them the PRM must score
-            groups = prm_groups(cfg.advantage, outcome, correct, cfg.tau, cfg.gate)
+            groups = prm_groups(cfg.advantage, rewards, cfg.tau, cfg.gate)
             batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
             T = batch.completion_ids.shape[1]
             token_mask = batch.completion_mask.view(n, G, T).cpu()
@@ -521,7 +521,6 @@ def _load_model(path: str, dtype: torch.dtype, device: torch.device) -> torch.nn
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    model.config.use_cache = False  # the training forward never needs the KV cache
     return model.to(device)
 
 
@@ -565,9 +564,9 @@ def gather_objects_flat(items: list[int], info: DistInfo) -> list[int]:
     return [i for part in gather_objects(items, info) for i in part]
 
 
-def _make_pool(cfg: Config):
+def _make_pool(cfg: Config) -> gating.PromptPool:
     """The per-prompt routing pools (easy / frontier / hard) of veristep.gating."""
-    return gating.PromptPool(ema=cfg.pool_ema)
+    return gating.PromptPool(alpha=cfg.pool_ema)
 
 
 def _update_pool(pool, prompt_ids: list[int], success: torch.Tensor, m: dict[str, Any]) -> None:

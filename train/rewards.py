@@ -126,8 +126,12 @@ def token_char_offsets(tokenizer: Any, ids: Sequence[int]) -> list[tuple[int, in
 def prm_step_tensors(scorer: Any, tokenizer: Any, problem_texts: Sequence[str],
                      completion_ids: Sequence[Sequence[int]], completion_texts: Sequence[str],
                      group_size: int, width: int, groups: Sequence[int]) -> StepTensors:
-    """Score the completions of `groups` with the PRM and map its steps onto tokens."""
-    from veristep.prm import token_step_index
+    """Score the completions of `groups` with the PRM and map its steps onto tokens.
+
+    Rows outside `groups` are never scored: their steps are masked and their tokens point at
+    step 0, which the gate replaces with the outcome advantage.
+    """
+    from veristep.gating import token_step_from_offsets
 
     t0 = time.perf_counter()
     n = len(problem_texts)
@@ -137,26 +141,26 @@ def prm_step_tensors(scorer: Any, tokenizer: Any, problem_texts: Sequence[str],
     s_max = max([len(s.scores) for s in scored] + [1])
     step_scores = torch.zeros(n, group_size, s_max)
     step_mask = torch.zeros(n, group_size, s_max, dtype=torch.bool)
-    # -1 marks padding only: real tokens of rows the PRM did not score carry step 0, so an
-    # outcome advantage broadcast over "non-padding" tokens still reaches them.
-    token_step = torch.full((n, group_size, width), -1, dtype=torch.long)
+    step_starts = torch.zeros(n, group_size, s_max)
+    token_starts = torch.zeros(n, group_size, width)
+    token_mask = torch.zeros(n, group_size, width, dtype=torch.bool)
     for row, ids in enumerate(completion_ids):
-        token_step[row // group_size, row % group_size, : len(ids)] = 0
-    for row, result in zip(rows, scored, strict=False):
+        token_mask[row // group_size, row % group_size, : len(ids)] = True
+    for row, result in zip(rows, scored, strict=True):
         g, j = divmod(row, group_size)
         k = len(result.scores)
-        if k:
-            step_scores[g, j, :k] = torch.tensor([float(x) for x in result.scores])
-            step_mask[g, j, :k] = True
-        ids = completion_ids[row]
-        token_step[g, j, : len(ids)] = -1  # no step, no PRM advantage
-        if k and ids:
-            offsets = token_char_offsets(tokenizer, ids)
-            index = token_step_index(result.spans, offsets, len(ids))
-            token_step[g, j, : len(ids)] = torch.tensor(index[: len(ids)], dtype=torch.long)
+        if not k:
+            continue
+        step_scores[g, j, :k] = torch.tensor([float(x) for x in result.scores])
+        step_mask[g, j, :k] = True
+        step_starts[g, j, :k] = torch.tensor([float(a) for a, _ in result.spans])
+        offsets = token_char_offsets(tokenizer, completion_ids[row])
+        if offsets:
+            token_starts[g, j, : len(offsets)] = torch.tensor([float(a) for a, _ in offsets])
     # Scores must be finite: a NaN from a model PRM would poison the whole group's statistics.
     bad = ~torch.isfinite(step_scores)
     if bad.any():
         step_scores[bad] = 0.0
         step_mask[bad] = False
+    token_step = token_step_from_offsets(token_starts, token_mask, step_starts, step_mask)
     return StepTensors(step_scores, step_mask, token_step, list(groups), time.perf_counter() - t0)

@@ -175,6 +175,7 @@ class HFRolloutEngine:
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos),
             synced_gpus=self.synced,
+            use_cache=True,  # a KV cache, whatever the training config says (O(T) not O(T^2))
         )
         new = seqs[:, width:].tolist()
         comps, truncs = zip(*(_cut_at_eos(row, self.eos) for row in new), strict=False) if new else ((), ())

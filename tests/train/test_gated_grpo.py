@@ -98,3 +98,10 @@ def test_resume_continues_and_reproduces_an_uninterrupted_run(small_config, tmp_
 def test_resume_without_checkpoint_starts_fresh(small_config):
     summary = train(make_config(**dict(small_config, steps=1, resume=True)))
     assert summary["steps"] == 1
+
+
+def test_tensorboard_sink(small_config):
+    pytest.importorskip("tensorboard", reason="tensorboard is an optional extra (pip install tensorboard)")
+    summary = train(make_config(**dict(small_config, steps=1, tensorboard=True)))
+    events = list((Path(summary["output_dir"]) / "tensorboard").glob("events.*"))
+    assert events and events[0].stat().st_size > 0

@@ -94,8 +94,7 @@ def train(cfg: Config) -> dict[str, Any]:
     if cfg.kl_coef > 0:
         ref_model = _load_model(cfg.ref_model or model_path, dtype, device).eval().requires_grad_(False)
     model = wrap_model(policy, info, cfg.fsdp)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                  weight_decay=cfg.weight_decay)
+    optimizer = _make_optimizer(cfg, model)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
 
     # ---- data, verifiers, PRM, prompt pools, rollout engine
@@ -144,7 +143,8 @@ def train(cfg: Config) -> dict[str, Any]:
                         f"pass@G {eval_before['eval/pass@G']:.3f}")
     totals = run_state.get("totals", {"rollouts": 0, "completion_tokens": 0, "prm_completions": 0,
                                       "skipped_updates": 0})
-    last_eval = eval_before
+    last_eval = run_state.get("last_eval", eval_before)
+    last_eval_step = run_state.get("last_eval_step", 0)
     step, stopped = start_step, None
 
     with StopFlag() as stop:
@@ -158,6 +158,7 @@ def train(cfg: Config) -> dict[str, Any]:
             local_idx = shard(idx, info)
             ro = engine.generate([train_ids[i] for i in local_idx], G, _seeds(cfg, step, 0, idx, info))
             t_rollout = ro.timings["rollout_s"]
+            sampled, sampled_tokens = len(ro), ro.num_tokens()  # compute spent, kept or not
 
             # 2. outcome rewards from the verifiers
             scored = rewarder.score(ro.texts, [train_refs[i] for i in local_idx for _ in range(G)])
@@ -169,6 +170,7 @@ def train(cfg: Config) -> dict[str, Any]:
                     cfg, engine, rewarder, sampler, train_ids, train_refs, ro, rewards, correct,
                     local_idx, step, info)
                 t_rollout, t_reward = t_rollout + ds.pop("rollout_s"), t_reward + ds.pop("reward_s")
+                sampled, sampled_tokens = ds.pop("sampled"), ds.pop("sampled_tokens")
                 m.update(ds)
             n = len(local_idx)
             outcome = rewards.view(n, G)
@@ -223,7 +225,7 @@ def train(cfg: Config) -> dict[str, Any]:
             m["gate/prm_completions"] = prm_rows
             if steps_t is not None:
                 m["gate/steps_per_gated_response"] = steps_t.steps_per_response()
-            global_idx = gather_objects_flat(local_idx, info)
+            global_idx = _gather_indices(local_idx, info)
             _update_pool(pool, global_idx, all_correct.float().mean(dim=1), m)
             lens = torch.tensor([float(len(c)) for c in ro.completion_ids])
             m["completion/len_mean"] = float(gather_rows(lens, info).mean())
@@ -231,14 +233,15 @@ def train(cfg: Config) -> dict[str, Any]:
 
             # 9. evaluate, log, checkpoint
             t_eval = 0.0
-            if cfg.eval_interval and (step % cfg.eval_interval == 0 or step == cfg.steps) and eval_ids:
+            if eval_ids and (step == cfg.steps or (cfg.eval_interval and step % cfg.eval_interval == 0)):
                 t1 = time.perf_counter()
                 last_eval = _evaluate(engine, eval_ids, eval_refs, rewarder, cfg, info)
+                last_eval_step = step
                 m.update(last_eval)
                 t_eval = time.perf_counter() - t1
-            tokens = int(all_reduce(float(ro.num_tokens()), info))
+            tokens = int(all_reduce(float(sampled_tokens), info))
             step_s = time.perf_counter() - t_step
-            totals["rollouts"] += len(ro) * info.world_size
+            totals["rollouts"] += int(all_reduce(float(sampled), info))
             totals["completion_tokens"] += tokens
             totals["prm_completions"] += prm_rows
             m.update({
@@ -253,7 +256,8 @@ def train(cfg: Config) -> dict[str, Any]:
             stop_now = bool(all_reduce(float(stop.requested), info, op="max"))
             if stop_now or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0) or step == cfg.steps:
                 state = {"sampler": sampler.state_dict(), "pool": pool.state_dict() if pool is not None else None,
-                         "eval_before": eval_before, "totals": totals}
+                         "eval_before": eval_before, "totals": totals, "last_eval": last_eval,
+                         "last_eval_step": last_eval_step}
                 save_checkpoint(out, step, model, optimizer, scheduler, state, info, tokenizer,
                                 cfg.fsdp, cfg.keep_checkpoints)
             if stop_now:
@@ -262,7 +266,8 @@ def train(cfg: Config) -> dict[str, Any]:
                 break
 
     log.close()
-    summary = _summary(cfg, out, eval_before, last_eval, totals, step, stopped, t_start, info)
+    summary = _summary(cfg, out, eval_before, (last_eval, last_eval_step), totals, step, stopped,
+                       t_start, info)
     teardown(info)
     return summary
 
@@ -436,12 +441,12 @@ def _dynamic_sampling(cfg, engine, rewarder, sampler, train_ids, train_refs, ro,
     order = [i for i in range(len(local_idx)) if keep[i]] + [i for i in range(len(local_idx)) if not keep[i]]
     chosen = order[:n]
     rows = torch.tensor([g * G + j for g in chosen for j in range(G)])
-    ro = ro.select_groups(chosen, G)
-    stats = {"dapo/rounds": rounds,
+    kept = ro.select_groups(chosen, G)
+    stats = {"dapo/rounds": rounds, "sampled": len(ro), "sampled_tokens": ro.num_tokens(),
              "dapo/extra_rollouts": int(all_reduce(float(rounds * n * G), info)),
              "dapo/kept_informative": int(all_reduce(float(min(int(keep.sum()), n)), info)),
              "rollout_s": t_rollout, "reward_s": t_reward}
-    return ro, rewards[rows], correct[rows], [local_idx[i] for i in chosen], stats
+    return kept, rewards[rows], correct[rows], [local_idx[i] for i in chosen], stats
 
 
 @torch.no_grad()
@@ -483,6 +488,19 @@ def _quiet_libraries() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def _make_optimizer(cfg: Config, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """AdamW, fused (one kernel for all parameters) where this torch build supports it."""
+    kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay)
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain = all(type(p.data) is torch.Tensor for p in params)  # FSDP2's DTensors use foreach
+    if plain:
+        try:
+            return torch.optim.AdamW(params, fused=True, **kwargs)
+        except (RuntimeError, ValueError):
+            pass
+    return torch.optim.AdamW(params, **kwargs)
 
 
 def _seed_everything(seed: int) -> None:
@@ -557,7 +575,7 @@ def _global_group(info: DistInfo, cfg: Config, local_group: int) -> int:
     return info.rank * (cfg.prompts_per_step // info.world_size) + local_group
 
 
-def gather_objects_flat(items: list[int], info: DistInfo) -> list[int]:
+def _gather_indices(items: list[int], info: DistInfo) -> list[int]:
     """This step's prompt indices over all ranks, in rank order."""
     from veristep.train.distributed import gather_objects
 
@@ -584,9 +602,10 @@ def _write_config(cfg: Config, out: Path) -> None:
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def _summary(cfg: Config, out: Path, before: dict | None, after: dict | None, totals: dict,
-             step: int, stopped: str | None, t_start: float, info: DistInfo) -> dict[str, Any]:
+def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict | None, int],
+             totals: dict, step: int, stopped: str | None, t_start: float, info: DistInfo) -> dict[str, Any]:
     """The run's final summary: accuracy before/after, collapse rate, compute used, paths."""
+    after, after_step = after_at
     metrics_path = out / "metrics.jsonl"
     acr = []
     if info.is_main and metrics_path.exists():
@@ -601,6 +620,7 @@ def _summary(cfg: Config, out: Path, before: dict | None, after: dict | None, to
         "accuracy_after": after["eval/pass@1"] if after else None,
         "pass@G_before": before["eval/pass@G"] if before else None,
         "pass@G_after": after["eval/pass@G"] if after else None,
+        "accuracy_after_step": after_step,
         "acr_mean": float(np.mean(acr)) if acr else None,
         "acr_first": acr[0] if acr else None, "acr_last": acr[-1] if acr else None,
         "rollouts": totals["rollouts"], "completion_tokens": totals["completion_tokens"],

@@ -63,6 +63,7 @@ class Config:
     verifier_weights: str | None = field(default=None, metadata={"help": "comma separated weights, one per verifier (default: equal, summing to 1)"})
     verifier_workers: int | None = field(default=None, metadata={"help": "parallel workers for verify_batch"})
     prm: str = field(default="rule", metadata={"help": "PRM scorer spec for veristep.prm.load_scorer ('' for none)"})
+    prm_separator: str | None = field(default=None, metadata={"help": "step separator for the PRM (default: the built-in task's for builtin:arith, else the scorer's own)"})
     prm_device: str | None = field(default=None, metadata={"help": "device for a model PRM (default: the trainer's)"})
     overlong_cache_len: int = field(default=0, metadata={"help": "DAPO overlong shaping window (0: off)"})
     # --- advantages ------------------------------------------------------------------------

@@ -108,7 +108,11 @@ def train(cfg: Config) -> dict[str, Any]:
     if cfg.advantage in PRM_METHODS:
         from veristep.prm import load_scorer
 
-        scorer = load_scorer(cfg.prm, device=cfg.prm_device or str(device))
+        separator = cfg.prm_separator
+        if separator is None and cfg.dataset.startswith("builtin:arith"):
+            from veristep.train.task import STEP_SEPARATOR as separator
+        options = {"separator": separator} if separator else {}
+        scorer = load_scorer(cfg.prm, device=cfg.prm_device or str(device), **options)
     sampler = PromptSampler(len(train_set), cfg.seed)
     pool = _make_pool(cfg)
     engine = build_engine(cfg, unwrap(model), tokenizer, model_path, device, info.enabled)

@@ -18,8 +18,8 @@ from veristep.train.rollout import Rollouts
 # Two all-wrong completions of one prompt whose steps are partly right: the rule PRM scores
 # them differently step by step, so VeriGate has signal where GRPO has none.
 COMPLETIONS = [
-    "Step 1: 2 + 3 = 5\nStep 2: 5 * 4 = 21\nStep 3: 21 - 1 = 20\nThe answer is 20.",
-    "Step 1: 2 + 3 = 6\nStep 2: 6 * 4 = 24\nThe answer is 24.",
+    "Step 1: 2 + 3 = 5\n\nStep 2: 5 * 4 = 21\n\nStep 3: 21 - 1 = 20\n\nThe answer is 20.",
+    "Step 1: 2 + 3 = 6\n\nStep 2: 6 * 4 = 24\n\nThe answer is 24.",
 ]
 
 
@@ -80,7 +80,7 @@ def test_mixed_group_never_reaches_the_prm(tiny_model_dir):
 
 def test_micro_batching_does_not_change_the_update(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    ro = _rollouts(tok, COMPLETIONS + ["Step 1: 1 + 1 = 2\nThe answer is 2."])
+    ro = _rollouts(tok, COMPLETIONS + ["Step 1: 1 + 1 = 2\n\nThe answer is 2."])
     rewards = torch.tensor([[1.0, 0.0, 1.0]])
     _, _, s_full, _, m_full = _update("grpo", tiny_model_dir, ro, rewards, tok, micro_batch_size=0)
     _, _, s_micro, _, m_micro = _update("grpo", tiny_model_dir, ro, rewards, tok, micro_batch_size=1)

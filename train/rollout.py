@@ -224,6 +224,10 @@ class VLLMRolloutEngine:
         )
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            # Under torchrun each rank hosts its own engine on its own GPU: vLLM must reuse the
+            # launcher's process group instead of starting one (its "external_launcher" mode).
+            kwargs["distributed_executor_backend"] = "external_launcher"
         self.llm = LLM(**kwargs)
         self._seed = seed
         self._calls = 0

@@ -65,6 +65,7 @@ class Config:
     prm: str = field(default="rule", metadata={"help": "PRM scorer spec for veristep.prm.load_scorer ('' for none)"})
     prm_separator: str | None = field(default=None, metadata={"help": "step separator for the PRM (default: the built-in task's for builtin:arith, else the scorer's own)"})
     prm_device: str | None = field(default=None, metadata={"help": "device for a model PRM (default: the trainer's)"})
+    mask_truncated: bool = field(default=False, metadata={"help": "leave completions that hit max_completion_len out of the loss"})
     overlong_cache_len: int = field(default=0, metadata={"help": "DAPO overlong shaping window (0: off)"})
     # --- advantages ------------------------------------------------------------------------
     advantage: str = field(default="verigate", metadata={"help": "|".join(ADVANTAGE_METHODS)})
@@ -82,7 +83,7 @@ class Config:
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt"})
     prompts_per_step: int = field(default=8, metadata={"help": "prompts per optimizer step (global, over all ranks)"})
     max_prompt_len: int = field(default=256, metadata={"help": "prompts are left-truncated to this many tokens"})
-    max_completion_len: int = field(default=96, metadata={"help": "max new tokens per completion"})
+    max_completion_len: int = field(default=112, metadata={"help": "max new tokens per completion"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     rollout_batch_prompts: int = field(default=0, metadata={"help": "hf: prompts per generate call (0: all at once)"})

@@ -188,6 +188,8 @@ def train(cfg: Config) -> dict[str, Any]:
             # 3. gate: which groups collapsed, and which of them the PRM must score
             groups = prm_groups(cfg.advantage, rewards, cfg.tau, cfg.gate)
             batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
+            if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
+                batch.completion_mask[torch.tensor(ro.truncated, device=device)] = 0.0
             T = batch.completion_ids.shape[1]
             token_mask = batch.completion_mask.view(n, G, T).cpu()
 

@@ -32,11 +32,13 @@ def prm_groups(method: str, rewards: torch.Tensor, tau: float, gate: str) -> lis
 
 
 def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
-                       steps: Any | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                       steps: Any | None = None, keep: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token advantages `[N, G, T]` and metrics for `cfg.advantage`.
 
     `rewards` `[N, G]`; `token_mask` `[N, G, T]` (1 on completion tokens); `steps` is the
-    `StepTensors` of the PRM for verigate and prm_as_outcome.
+    `StepTensors` of the PRM for verigate and prm_as_outcome; `keep` `[N, G]` bool zeroes
+    the advantages of the completions left out of the loss (e.g. truncated ones).
     """
     method = cfg.advantage
     metrics: dict[str, float] = {}
@@ -55,6 +57,8 @@ def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor
         seq_adv = gating.outcome_advantages(rewards, method=outcome, std=cfg.adv_std, eps=cfg.adv_eps, **opts)
         adv = gating.broadcast_to_tokens(seq_adv, token_mask)
     adv = torch.nan_to_num(adv.float(), nan=0.0, posinf=0.0, neginf=0.0) * token_mask
+    if keep is not None:
+        adv = adv * keep.unsqueeze(-1).to(adv.dtype)
     real = token_mask.sum().clamp(min=1)
     metrics["adv/nonzero_frac"] = float(((adv != 0).float() * token_mask).sum() / real)
     metrics["adv/abs_mean"] = float(adv.abs().sum() / real)

@@ -188,10 +188,13 @@ def train(cfg: Config) -> dict[str, Any]:
             # 3. gate: which groups collapsed, and which of them the PRM must score
             groups = prm_groups(cfg.advantage, rewards, cfg.tau, cfg.gate)
             batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
-            if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
-                batch.completion_mask[torch.tensor(ro.truncated, device=device)] = 0.0
             T = batch.completion_ids.shape[1]
-            token_mask = batch.completion_mask.view(n, G, T).cpu()
+            token_mask = batch.completion_mask.view(n, G, T).cpu().clone()  # own copy: masked below
+            keep = None
+            if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
+                cut = torch.tensor(ro.truncated, dtype=torch.bool)
+                batch.completion_mask[cut.to(device)] = 0.0
+                keep = ~cut.view(n, G)
 
             # 4. PRM on the gated groups only
             steps_t = None
@@ -200,7 +203,7 @@ def train(cfg: Config) -> dict[str, Any]:
                                            ro.completion_ids, ro.texts, G, T, groups)
 
             # 5. advantages [N, G, T]
-            adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t)
+            adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep)
             if cfg.advantage == "wapo":
                 adv = adv.clamp(min=0.0)  # winners only: losers carry no gradient
             m.update(adv_metrics)

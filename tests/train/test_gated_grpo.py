@@ -105,3 +105,14 @@ def test_tensorboard_sink(small_config):
     summary = train(make_config(**dict(small_config, steps=1, tensorboard=True)))
     events = list((Path(summary["output_dir"]) / "tensorboard").glob("events.*"))
     assert events and events[0].stat().st_size > 0
+
+
+def test_mask_truncated_leaves_cut_completions_out(small_config, tiny_model_dir):
+    # 8 new tokens from a random model almost never reach EOS: nearly everything is cut.
+    summary = train(make_config(**dict(small_config, advantage="sign", mask_truncated=True)))
+    rows = read_metrics(summary["metrics_path"])
+    for r in rows:
+        assert r["completion/truncated_frac"] > 0.5
+        # sign advantages are never 0, so every non-zero token is an uncut completion's
+        assert r["adv/nonzero_frac"] == pytest.approx(1.0 - r["completion/truncated_frac"], abs=0.3)
+        assert r["adv/nonzero_frac"] < 1.0

@@ -1,0 +1,271 @@
+"""MathVerifier: final-answer checking for math completions, exact, hang-proof and batched.
+
+Pipeline per item: extract (math_extract) -> normalise (math_normalize) -> compare
+(math_equiv). Extraction, normalisation and exact-number comparison run in the caller's
+process: they are bounded string and `fractions` work that cannot hang. Anything that needs
+sympy runs in an isolated worker process (workers.WorkerPool) with a hard time limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Status, VerifyResult
+from .math_equiv import (
+    EquivConfig,
+    PercentMode,
+    Verdict,
+    compare_numbers,
+    judge,
+    preload,
+    reference_state,
+)
+from .math_extract import Extraction, ExtractionMethod, choice_letter, extract_answer
+from .math_normalize import ExactNumber, normalize_answer, parse_exact_number, split_assignment
+from .workers import Outcome, WorkerPool
+
+__all__ = ["Extraction", "ExtractionMethod", "MathVerifier", "extract_answer"]
+
+_PERCENT_MODES = ("either", "strip", "divide")
+# Extra time a single call may take beyond its limit: queueing, IPC, replacing a worker.
+CALL_GRACE_S = 1.0
+# Longest answer we hand to sympy; longer "answers" are padding or attacks, not answers.
+_MAX_ANSWER_CHARS = 2000
+_REFERENCE_KEYS = ("answer", "reference", "ground_truth")
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """A reference answer prepared once per batch in the caller's process."""
+
+    raw: str
+    normalized: str
+    number: ExactNumber | None
+    letter: str | None
+    rhs: str | None  # right-hand side when the reference is an assignment such as x=3
+
+
+class MathVerifier:
+    """Check a completion's final answer against a reference answer (kind "math").
+
+    Use as a context manager, or call `close()`, to stop the worker processes; an unclosed
+    verifier is cleaned up at interpreter exit.
+    """
+
+    kind = "math"
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        timeout: float = 5.0,
+        numeric_tolerance: float = 0.5,
+        percent: PercentMode = "either",
+        imaginary_unit: bool = True,
+        memory_limit_mb: int | None = 4096,
+    ) -> None:
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+        if not timeout or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if numeric_tolerance < 0:
+            raise ValueError(f"numeric_tolerance must be >= 0, got {numeric_tolerance!r}")
+        if percent not in _PERCENT_MODES:
+            raise ValueError(f"percent must be one of {_PERCENT_MODES}, got {percent!r}")
+        self.workers = workers
+        self.timeout = float(timeout)
+        self.memory_limit_mb = memory_limit_mb
+        self.config = EquivConfig(float(numeric_tolerance), percent, bool(imaginary_unit))
+        self._pool: WorkerPool | None = None
+
+    # ----------------------------------------------------------------- protocol
+
+    def reference_from_record(self, record: dict[str, Any]) -> str:
+        """The reference answer of a JSONL record: "answer", else "reference" or "ground_truth"."""
+        for key in _REFERENCE_KEYS:
+            if key in record:
+                return str(record[key])
+        raise KeyError("answer")
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Verify one completion; returns within `timeout` plus about a second, from any thread."""
+        return self._verify_many([completion], [reference], single_call=True)[0]
+
+    def verify_batch(self, completions: Sequence[str], references: Sequence[Any]) -> list[VerifyResult]:
+        """Verify many completions in input order; each distinct reference is parsed once."""
+        if len(completions) != len(references):
+            raise ValueError(
+                f"got {len(completions)} completions but {len(references)} references; pass one each"
+            )
+        return self._verify_many(list(completions), list(references), single_call=False)
+
+    def close(self) -> None:
+        """Stop the worker processes (a later call starts new ones)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> MathVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current workers (empty before first use or after close)."""
+        return self._pool.worker_pids() if self._pool is not None else []
+
+    # ----------------------------------------------------------------- pipeline
+
+    def _get_pool(self) -> WorkerPool:
+        if self._pool is None:
+            self._pool = WorkerPool(
+                reference_state,
+                judge,
+                self.workers,
+                warm_up=preload,
+                memory_limit_mb=self.memory_limit_mb,
+            )
+        return self._pool
+
+    @staticmethod
+    def _prepare_reference(reference: Any) -> _Reference:
+        raw = "" if reference is None else str(reference)
+        extracted = extract_answer(raw) if "\\boxed" in raw or "\\fbox" in raw else None
+        text = extracted.answer if extracted else raw
+        normalized = normalize_answer(text)
+        letter = choice_letter(text) if len(text.strip()) <= 12 else None
+        if letter is not None and not _looks_like_choice(text):
+            letter = None
+        return _Reference(raw, normalized, parse_exact_number(normalized), letter, split_assignment(normalized))
+
+    def _verify_many(self, completions: list[Any], references: list[Any], single_call: bool) -> list[VerifyResult]:
+        start_all = time.monotonic()
+        refs: dict[str, _Reference] = {}
+        results: list[VerifyResult | None] = [None] * len(completions)
+        # reference key -> (reference, [(position, normalised prediction)])
+        pending: dict[str, tuple[_Reference, list[tuple[int, str, Extraction]]]] = {}
+        for pos, (completion, reference) in enumerate(zip(completions, references, strict=True)):
+            t0 = time.perf_counter()
+            key = "" if reference is None else str(reference)
+            ref = refs.get(key)
+            if ref is None:
+                ref = refs[key] = self._prepare_reference(reference)
+            try:
+                res, pred = self._fast_path(completion, ref)
+            except Exception as exc:  # a bug here must not cost the whole batch
+                res, pred = _result(Verdict(Status.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:200]), None), None
+            if res is not None:
+                res.timings["total_s"] = time.perf_counter() - t0
+                results[pos] = res
+            elif pred is not None:
+                pending.setdefault(ref.normalized, (ref, []))[1].append((pos, pred[0], pred[1]))
+        if pending:
+            self._run_workers(pending, results, start_all, single_call)
+        return [r for r in results if r is not None]
+
+    def _fast_path(self, completion: Any, ref: _Reference) -> tuple[VerifyResult | None, tuple[str, Extraction] | None]:
+        """Decide in-process when that is cheap; else return the normalised prediction for a worker."""
+        if not isinstance(completion, str):
+            return VerifyResult(0.0, False, Status.NO_ANSWER, "completion is not a string"), None
+        if not ref.normalized:
+            return VerifyResult(0.0, False, Status.PARSE_ERROR, "empty reference answer"), None
+        ext = extract_answer(completion, choices=ref.letter is not None)
+        if ext is None:
+            return VerifyResult(0.0, False, Status.NO_ANSWER, "no final answer found"), None
+        if ref.letter is not None:
+            letter = choice_letter(ext.answer)
+            if letter is None:
+                return _result(Verdict(Status.WRONG, "answer is not a choice letter"), ext), None
+            return _result(Verdict(Status.CORRECT if letter == ref.letter else Status.WRONG), ext), None
+        if len(ext.answer) > _MAX_ANSWER_CHARS:
+            return _result(Verdict(Status.PARSE_ERROR, "answer too long to parse"), ext), None
+        pred = normalize_answer(ext.answer)
+        if not pred:
+            return _result(Verdict(Status.NO_ANSWER, "empty final answer"), ext), None
+        if pred == ref.normalized:
+            return _result(Verdict(Status.CORRECT), ext), None
+        pred_rhs = split_assignment(pred)
+        if pred_rhs is not None and ref.rhs is None and "=" not in ref.normalized:
+            pred = pred_rhs  # "x = 3" answers a question whose reference is "3"
+        elif ref.rhs is not None and pred_rhs is None and "=" not in pred:
+            ref = _Reference(ref.raw, ref.rhs, parse_exact_number(ref.rhs), None, None)
+        if pred == ref.normalized:
+            return _result(Verdict(Status.CORRECT), ext), None
+        pred_num = parse_exact_number(pred)
+        if pred_num is not None and ref.number is not None:
+            return _result(compare_numbers(ref.number, pred_num, self.config), ext), None
+        return None, (pred, ext)
+
+    def _run_workers(
+        self,
+        pending: dict[str, tuple[_Reference, list[tuple[int, str, Extraction]]]],
+        results: list[VerifyResult | None],
+        start_all: float,
+        single_call: bool,
+    ) -> None:
+        """Send the undecided items to the pool, grouped by reference, spread over the workers."""
+        pool = self._get_pool()
+        groups = list(pending.values())
+        n_items = sum(len(g[1]) for g in groups)
+        # split big groups so every worker gets work; small groups stay whole (one parse each)
+        target = max(1, -(-n_items // (2 * pool.size)))
+        chunks: list[tuple[Any, list[str]]] = []
+        owners: list[list[tuple[int, Extraction]]] = []
+        for ref, items in groups:
+            size = max(target, -(-len(items) // pool.size)) if len(items) > target else len(items)
+            shared = (ref.normalized, ref.number.decimals if ref.number else None, self.config)
+            for lo in range(0, len(items), size):
+                part = items[lo : lo + size]
+                chunks.append((shared, [p for _, p, _ in part]))
+                owners.append([(pos, ext) for pos, _, ext in part])
+        deadline = start_all + self.timeout + CALL_GRACE_S if single_call else None
+        t0 = time.perf_counter()
+        outcomes = pool.run_chunks(chunks, self.timeout, deadline)
+        wall = time.perf_counter() - t0
+        for owner, chunk_results in zip(owners, outcomes, strict=True):
+            for (pos, ext), item in zip(owner, chunk_results, strict=True):
+                if item.outcome is Outcome.OK:
+                    status, detail, close = item.value
+                    res = _result(Verdict(Status(status), detail, close), ext)
+                elif item.outcome is Outcome.TIMEOUT:
+                    res = _result(Verdict(Status.TIMEOUT, item.detail), ext)
+                else:
+                    res = _result(Verdict(Status.INTERNAL_ERROR, item.detail), ext)
+                res.timings["worker_s"] = item.seconds
+                res.timings["total_s"] = wall if single_call else item.seconds
+                results[pos] = res
+
+
+def _looks_like_choice(text: str) -> bool:
+    """A reference names a choice when it is a lone capital letter, optionally "(B)" or "\\text{B}"."""
+    import re
+
+    return bool(re.fullmatch(r"\s*(?:\\text\{)?\s*\(?\s*[A-J]\s*\)?\s*\}?\s*\.?\s*", text))
+
+
+def _result(verdict: Verdict, ext: Extraction | None) -> VerifyResult:
+    """Turn a verdict and the extraction it judged into a VerifyResult."""
+    correct = verdict.status is Status.CORRECT
+    extra: dict[str, Any] = {}
+    if ext is not None:
+        extra["extracted_span"] = [ext.start, ext.end]
+        extra["extraction_method"] = ext.method.value
+    if verdict.numeric_close and not correct:
+        extra["numeric_close"] = True
+    return VerifyResult(
+        reward=1.0 if correct else 0.0,
+        correct=correct,
+        status=verdict.status,
+        detail=verdict.detail,
+        extracted=ext.answer if ext is not None else None,
+        extra=extra,
+    )

@@ -151,8 +151,9 @@ class MathVerifier:
         start_all = time.monotonic()
         refs: dict[str, _Reference] = {}
         results: list[VerifyResult | None] = [None] * len(completions)
-        # reference key -> (reference, [(position, normalised prediction)])
-        pending: dict[str, tuple[_Reference, list[tuple[int, str, Extraction]]]] = {}
+        # reference -> (reference, {normalised prediction: [(position, extraction)]}): a group
+        # of G samples often repeats an answer, and each distinct pair is judged once
+        pending: dict[str, tuple[_Reference, dict[str, list[tuple[int, Extraction]]]]] = {}
         for pos, (completion, reference) in enumerate(zip(completions, references, strict=True)):
             t0 = time.perf_counter()
             key = "" if reference is None else str(reference)
@@ -167,7 +168,8 @@ class MathVerifier:
                 res.timings["total_s"] = time.perf_counter() - t0
                 results[pos] = res
             elif pred is not None:
-                pending.setdefault(ref.normalized, (ref, []))[1].append((pos, pred[0], pred[1]))
+                group = pending.setdefault(ref.normalized, (ref, {}))[1]
+                group.setdefault(pred[0], []).append((pos, pred[1]))
         if pending:
             self._run_workers(pending, results, start_all, single_call)
         return [r for r in results if r is not None]
@@ -207,42 +209,44 @@ class MathVerifier:
 
     def _run_workers(
         self,
-        pending: dict[str, tuple[_Reference, list[tuple[int, str, Extraction]]]],
+        pending: dict[str, tuple[_Reference, dict[str, list[tuple[int, Extraction]]]]],
         results: list[VerifyResult | None],
         start_all: float,
         single_call: bool,
     ) -> None:
         """Send the undecided items to the pool, grouped by reference, spread over the workers."""
         pool = self._get_pool()
-        groups = list(pending.values())
-        n_items = sum(len(g[1]) for g in groups)
+        n_items = sum(len(preds) for _, preds in pending.values())
         # split big groups so every worker gets work; small groups stay whole (one parse each)
         target = max(1, -(-n_items // (2 * pool.size)))
         chunks: list[tuple[Any, list[str]]] = []
-        owners: list[list[tuple[int, Extraction]]] = []
-        for ref, items in groups:
+        owners: list[list[list[tuple[int, Extraction]]]] = []
+        for ref, preds in pending.values():
+            items = list(preds.items())
             size = max(target, -(-len(items) // pool.size)) if len(items) > target else len(items)
             shared = (ref.normalized, ref.number.decimals if ref.number else None, self.config)
             for lo in range(0, len(items), size):
                 part = items[lo : lo + size]
-                chunks.append((shared, [p for _, p, _ in part]))
-                owners.append([(pos, ext) for pos, _, ext in part])
+                chunks.append((shared, [pred for pred, _ in part]))
+                owners.append([where for _, where in part])
         deadline = start_all + self.timeout + CALL_GRACE_S if single_call else None
         t0 = time.perf_counter()
         outcomes = pool.run_chunks(chunks, self.timeout, deadline)
         wall = time.perf_counter() - t0
         for owner, chunk_results in zip(owners, outcomes, strict=True):
-            for (pos, ext), item in zip(owner, chunk_results, strict=True):
+            for where, item in zip(owner, chunk_results, strict=True):
                 if item.outcome is Outcome.OK:
                     status, detail, close = item.value
-                    res = _result(Verdict(Status(status), detail, close), ext)
+                    verdict = Verdict(Status(status), detail, close)
                 elif item.outcome is Outcome.TIMEOUT:
-                    res = _result(Verdict(Status.TIMEOUT, item.detail), ext)
+                    verdict = Verdict(Status.TIMEOUT, item.detail)
                 else:
-                    res = _result(Verdict(Status.INTERNAL_ERROR, item.detail), ext)
-                res.timings["worker_s"] = item.seconds
-                res.timings["total_s"] = wall if single_call else item.seconds
-                results[pos] = res
+                    verdict = Verdict(Status.INTERNAL_ERROR, item.detail)
+                for pos, ext in where:
+                    res = _result(verdict, ext)
+                    res.timings["worker_s"] = item.seconds
+                    res.timings["total_s"] = wall if single_call else item.seconds
+                    results[pos] = res
 
 
 def _looks_like_choice(text: str) -> bool:

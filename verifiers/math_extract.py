@@ -120,6 +120,8 @@ def _phrase_answer(text: str, pos: int) -> tuple[int, int] | None:
     for left, right in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
         if text.startswith(left, pos):
             close = text.find(right, pos + len(left))
+            while close > 0 and right == "$" and text[close - 1] == "\\":
+                close = text.find(right, close + 1)  # "\$" is a dollar sign, not a delimiter
             if close < 0:
                 return None
             return pos, close + len(right)
@@ -187,8 +189,10 @@ def choice_letter(answer: str) -> str | None:
     if not m:
         return None
     rest = s[m.end() :].strip()
-    # "(B) 42" names B; "a + 1" or "b^2" is an expression, not a letter
-    if rest and not (m.group(0).strip().startswith(("(", "[")) or rest[0] in ".:)"):
+    # "(B) 42" and "B because ..." name B; "a + 1" or "b^2" is an expression, not a letter
+    bracketed = m.group(0).strip().startswith(("(", "["))
+    prose = m.group(1).isupper() and re.match(r"[a-z]{2,}\b", rest) is not None
+    if rest and not (bracketed or prose or rest[0] in ".:)"):
         return None
     return m.group(1).upper()
 

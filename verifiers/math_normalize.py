@@ -34,7 +34,7 @@ _SQRT_UNICODE_RE = re.compile(r"√\s*(?:\(([^()]{0,200})\)|\{([^{}]{0,200})\}|(
 _SQRT_PAREN_RE = re.compile(r"\\sqrt\s*\(([^()]{0,200})\)")
 _DROP_RE = re.compile(
     r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![A-Za-z])"
-    r"|\\[,;:! ]|~"
+    r"|(?<!\\)\\[,;:! ]|~"
 )
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\\text\{\s*degrees?\s*\}")
 _FRAC_CMD_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")

@@ -52,6 +52,7 @@ _LINE_ANSWER_RE = re.compile(r"^[ \t#>*]*(?:final\s+)?answer\b", re.IGNORECASE |
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,200})\*\*")
 _LETTER_RE = re.compile(r"^\s*[\(\[]?\s*([A-Ja-j])\s*[\)\]]?(?=$|[\s.,:;)])")
 _PAREN_LETTER_RE = re.compile(r"\(([A-J])\)")
+_WORDS_RE = re.compile(r"[A-Za-z][a-z]+(?:[ -][a-z]+)*")
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -145,9 +146,13 @@ def _phrase_candidates(text: str) -> list[Extraction]:
     for m in _PHRASE_RE.finditer(text):
         phrase = m.group(0).lower()
         has_verb = any(w in phrase for w in (" is", "be", "="))
-        anchored = "final" in phrase or "correct" in phrase or has_verb
+        has_colon = ":" in phrase or "：" in phrase
+        # "the answer is", "final answer:" open an answer; "our answer is correct" and
+        # "the correct answer of 63" do not
+        before = text[max(0, m.start() - 4) : m.start()].lower()
+        determined = "final" in phrase or "correct" in phrase or before.endswith(("the ", "my "))
         at_line_start = any(s <= m.start() <= s + 12 for s in line_starts)
-        if not (anchored or (at_line_start and (":" in phrase or "：" in phrase))):
+        if not ((has_verb and determined) or (has_colon and (determined or at_line_start))):
             continue
         span = _phrase_answer(text, m.end())
         if span is None:
@@ -207,7 +212,14 @@ def extract_answer(text: str, *, choices: bool = False) -> Extraction | None:
     """
     if not isinstance(text, str) or not text:
         return None
-    candidates = _boxed_candidates(text) + _tagged_candidates(text) + _phrase_candidates(text)
+    phrases = _phrase_candidates(text)
+    # a phrase that yields only words ("... is correct", "is shown below") is a weak answer: it
+    # counts only when nothing stronger exists (a word answer such as "Evelyn" still works)
+    strong = [c for c in phrases if not _WORDS_RE.fullmatch(c.answer.strip())]
+    weak = [c for c in phrases if _WORDS_RE.fullmatch(c.answer.strip())]
+    candidates = _boxed_candidates(text) + _tagged_candidates(text) + strong
+    if not any(c.answer.strip() for c in candidates):
+        candidates = weak
     best: Extraction | None = None
     for cand in candidates:
         if not cand.answer.strip():

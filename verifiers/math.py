@@ -207,6 +207,28 @@ class MathVerifier:
             return _result(compare_numbers(ref.number, pred_num, self.config), ext), None
         return None, (pred, ext)
 
+    def _plan_chunks(
+        self, pending: dict[str, tuple[_Reference, dict[str, list[tuple[int, Extraction]]]]], workers: int
+    ) -> tuple[list[tuple[Any, list[str]]], list[list[list[tuple[int, Extraction]]]]]:
+        """Group undecided items into chunks that share one reference (parsed once per chunk).
+
+        A reference's group stays in one chunk unless it is larger than its fair share of the
+        batch; then it is cut into at most `workers` pieces so that every core gets work.
+        """
+        n_items = sum(len(preds) for _, preds in pending.values())
+        fair_share = max(1, -(-n_items // workers))
+        chunks: list[tuple[Any, list[str]]] = []
+        owners: list[list[list[tuple[int, Extraction]]]] = []
+        for ref, preds in pending.values():
+            items = list(preds.items())
+            size = len(items) if len(items) <= fair_share else -(-len(items) // workers)
+            shared = (ref.normalized, ref.number.decimals if ref.number else None, self.config)
+            for lo in range(0, len(items), size):
+                part = items[lo : lo + size]
+                chunks.append((shared, [pred for pred, _ in part]))
+                owners.append([where for _, where in part])
+        return chunks, owners
+
     def _run_workers(
         self,
         pending: dict[str, tuple[_Reference, dict[str, list[tuple[int, Extraction]]]]],
@@ -216,19 +238,7 @@ class MathVerifier:
     ) -> None:
         """Send the undecided items to the pool, grouped by reference, spread over the workers."""
         pool = self._get_pool()
-        n_items = sum(len(preds) for _, preds in pending.values())
-        # split big groups so every worker gets work; small groups stay whole (one parse each)
-        target = max(1, -(-n_items // (2 * pool.size)))
-        chunks: list[tuple[Any, list[str]]] = []
-        owners: list[list[list[tuple[int, Extraction]]]] = []
-        for ref, preds in pending.values():
-            items = list(preds.items())
-            size = max(target, -(-len(items) // pool.size)) if len(items) > target else len(items)
-            shared = (ref.normalized, ref.number.decimals if ref.number else None, self.config)
-            for lo in range(0, len(items), size):
-                part = items[lo : lo + size]
-                chunks.append((shared, [pred for pred, _ in part]))
-                owners.append([where for _, where in part])
+        chunks, owners = self._plan_chunks(pending, pool.size)
         deadline = start_all + self.timeout + CALL_GRACE_S if single_call else None
         t0 = time.perf_counter()
         outcomes = pool.run_chunks(chunks, self.timeout, deadline)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from veristep.verifiers.math_extract import ExtractionMethod, choice_letter, extract_answer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-
+from veristep.verifiers.base import Status
 from veristep.verifiers.math_equiv import EquivConfig, compare_numbers
 from veristep.verifiers.math_normalize import (
     exact_decimals,
@@ -14,7 +14,6 @@ from veristep.verifiers.math_normalize import (
     split_assignment,
     too_large_to_evaluate,
 )
-from veristep.verifiers.base import Status
 
 
 @pytest.mark.parametrize(

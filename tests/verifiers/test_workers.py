@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from veristep.verifiers.workers import Outcome, WorkerPool
 
 

@@ -163,6 +163,14 @@ def _is_constant(expr: Any) -> bool:
         return False
 
 
+def _is_plain_expr(expr: Any) -> bool:
+    """A scalar expression (possibly with variables), not a set, tuple, matrix or relation."""
+    import sympy
+    from sympy.matrices import MatrixBase
+
+    return isinstance(expr, sympy.Expr) and not isinstance(expr, MatrixBase)
+
+
 def _to_fraction(value: Any) -> Fraction:
     """An exact Fraction from a sympy Rational or Float."""
     import sympy
@@ -194,6 +202,42 @@ def _compare_constants(gold: Any, pred: Any, decimals: int | None, cfg: EquivCon
     return Verdict(Status.WRONG, numeric_close=_is_close(fa, fb) and _is_close(fai, fbi))
 
 
+# Fixed sample points (positive, irrational-looking) for the quick inequality test below.
+_PROBES = ("0.6180339887498948482", "1.4142135623730950488", "2.7182818284590452354")
+
+
+def _differ_at_a_point(gold: Any, pred: Any) -> bool:
+    """True when two expressions in the same variables take different values at a sample point.
+
+    A cheap proof of inequality: sympy's simplify on a wrong pair (x^3 vs x^2) can take
+    seconds, while one substitution takes milliseconds. Agreement proves nothing, so equal
+    values fall through to the symbolic comparison.
+    """
+    import sympy
+
+    gs, ps = getattr(gold, "free_symbols", set()), getattr(pred, "free_symbols", set())
+    if not gs or {s.name for s in gs} != {s.name for s in ps} or len(gs) > 6:
+        return False
+    by_name = sorted(gs, key=lambda s: s.name)
+    pred_syms = {s.name: s for s in ps}
+    for shift in range(len(_PROBES)):
+        values = {s: sympy.Float(_PROBES[(i + shift) % len(_PROBES)], 30) for i, s in enumerate(by_name)}
+        try:
+            a = complex(sympy.N(gold.subs(values), 30))
+            b = complex(sympy.N(pred.subs({pred_syms[s.name]: v for s, v in values.items()}), 30))
+        except Exception:
+            continue  # not a number at this point (a domain edge, a function): no evidence
+        if not all(map(_finite, (a.real, a.imag, b.real, b.imag))):
+            continue
+        scale = max(1.0, abs(a), abs(b))
+        return abs(a - b) > 1e-9 * scale
+    return False
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
 def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> Verdict:
     """Compare two parsed answers: our exact/precision rules for constants, math-verify otherwise."""
     from math_verify import verify
@@ -205,6 +249,8 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
     gold_expr, pred_expr = ref.parsed[0], pred.parsed[0]
     if _is_constant(gold_expr) and _is_constant(pred_expr):
         return _compare_constants(gold_expr, pred_expr, ref.decimals, cfg)
+    if _is_plain_expr(gold_expr) and _is_plain_expr(pred_expr) and _differ_at_a_point(gold_expr, pred_expr):
+        return Verdict(Status.WRONG)
     # Structured answers (sets, intervals, tuples, matrices, equations, expressions in x):
     # math-verify's comparison, with its float rounding made irrelevant (decimals are exact
     # fractions by now) and a numeric precision high enough not to call 1e-20 zero.

@@ -248,6 +248,18 @@ def too_large_to_evaluate(latex: str) -> bool:
         n = int(m.group(1))
         if n > 25_000:  # 25000! already has ~100k digits
             return True
+    # a parenthesised tower used as a base or under a factorial: (10^7)^{10^7}, (10^{10})!
+    for m in re.finditer(r"\(\s*(\d{1,400}\^[\d^{}]{1,400})\s*\)", latex):
+        inner = _tower_log10(m.group(1), 0, 0)
+        if inner is None or inner[1] != len(m.group(1)):
+            continue
+        after = latex[m.end() : m.end() + 400].lstrip()
+        if after.startswith("!") and inner[0] > math.log10(25_000):
+            return True
+        if after.startswith("^"):
+            exp = _tower_log10(after, 2, 1) if after[1:2] == "{" else _tower_log10(after, 1, 1)
+            if exp is not None and 10.0 ** min(exp[0], 300.0) * inner[0] > MAX_RESULT_DIGITS:
+                return True
     # (n!)!: anything beyond (8!)! is astronomically large
     for m in re.finditer(r"\(\s*(\d{1,400})\s*!\s*\)\s*!", latex):
         if int(m.group(1)) >= 9:

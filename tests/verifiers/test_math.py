@@ -16,8 +16,8 @@ from veristep.verifiers.math_normalize import normalize_answer
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LIMIT = 3.0
-# Completions that make sympy run for minutes (the size guard cannot see through them).
-HANG = "$\\boxed{(10^{10})!}$"
+# A completion that makes sympy run for minutes (a sum, so the size guard cannot see it).
+HANG = "$\\boxed{(10^{5}+10^{10})!}$"
 
 
 def _rows(name: str) -> list[dict]:

@@ -111,7 +111,8 @@ def test_split_assignment_and_exact_decimals() -> None:
     ("latex", "big"),
     [("9^{9^{9^9}}", True), ("10^{10^{10}}", True), ("2^{2^{2^{2^{2^{2}}}}}", True),
      ("100000000!", True), ("(10!)!", True), ("2^{10}", False), ("1000!", False),
-     ("9!!", False), ("2^{100}", False)],
+     ("9!!", False), ("2^{100}", False), ("(10^{10})!", True), ("\\frac{1}{(10^{9})!}", True),
+     ("(10^7)^{10^7}", True), ("(10^2)!", False), ("(2^3)^{4}", False), ("(10^{5}+10^{10})!", False)],
 )
 def test_too_large_to_evaluate(latex: str, big: bool) -> None:
     assert too_large_to_evaluate(latex) is big

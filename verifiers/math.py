@@ -8,6 +8,8 @@ sympy runs in an isolated worker process (workers.WorkerPool) with a hard time l
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,6 +81,7 @@ class MathVerifier:
         self.memory_limit_mb = memory_limit_mb
         self.config = EquivConfig(float(numeric_tolerance), percent, bool(imaginary_unit))
         self._pool: WorkerPool | None = None
+        self._pool_lock = threading.Lock()
 
     # ----------------------------------------------------------------- protocol
 
@@ -104,7 +107,7 @@ class MathVerifier:
     def close(self) -> None:
         """Stop the worker processes (a later call starts new ones)."""
         pool, self._pool = self._pool, None
-        if pool is not None:
+        if pool is not None and pool.owner_pid == os.getpid():
             pool.close()
 
     def __enter__(self) -> MathVerifier:
@@ -126,15 +129,18 @@ class MathVerifier:
     # ----------------------------------------------------------------- pipeline
 
     def _get_pool(self) -> WorkerPool:
-        if self._pool is None:
-            self._pool = WorkerPool(
-                reference_state,
-                judge,
-                self.workers,
-                warm_up=preload,
-                memory_limit_mb=self.memory_limit_mb,
-            )
-        return self._pool
+        with self._pool_lock:
+            if self._pool is not None and not self._pool.usable:
+                # closed, failed, or inherited through fork (its workers belong to the parent)
+                self._pool = None
+            if self._pool is None:
+                self._pool = self._new_pool()
+            return self._pool
+
+    def _new_pool(self) -> WorkerPool:
+        return WorkerPool(
+            reference_state, judge, self.workers, warm_up=preload, memory_limit_mb=self.memory_limit_mb
+        )
 
     @staticmethod
     def _prepare_reference(reference: Any) -> _Reference:

@@ -89,13 +89,22 @@ class _Worker:
 
 
 def _limit_memory(megabytes: int | None) -> None:
-    """Cap the worker's address space so a runaway expression fails with MemoryError."""
+    """Cap the worker's address space so a runaway expression fails with MemoryError.
+
+    The cap is on top of what the forked worker already maps: a parent that holds torch or a
+    CUDA context has a large virtual size that must not count against the expression.
+    """
     if not megabytes:
         return
     try:
         import resource
 
-        limit = megabytes * 1024 * 1024
+        mapped = 0
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    mapped = int(line.split()[1]) * 1024
+        limit = mapped + megabytes * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):
         pass
@@ -183,6 +192,7 @@ class WorkerPool:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self.restarts = 0  # workers replaced after a time-out or a crash
+        self.owner_pid = os.getpid()  # a forked copy of the caller must build its own pool
         _LIVE_POOLS.add(self)
 
     # ------------------------------------------------------------------ caller side
@@ -227,6 +237,11 @@ class WorkerPool:
             pos += len(items)
         return out
 
+    @property
+    def usable(self) -> bool:
+        """False once closed (or its dispatcher failed), or when used from a forked child."""
+        return not self._closed and os.getpid() == self.owner_pid
+
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for tests and monitoring)."""
         with self._lock:
@@ -239,6 +254,8 @@ class WorkerPool:
                 return
             self._closed = True
             thread = self._thread
+        if os.getpid() != self.owner_pid:
+            return  # a forked copy: the workers and the dispatcher belong to the parent
         self._wake()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)

@@ -217,12 +217,30 @@ def run_veristep(items: list[Item], workers: int, timeout: float) -> tuple[PeerS
     with MathVerifier(workers=workers, timeout=timeout) as verifier:
         results = verifier.verify_batch([it.completion for it in items], [it.answer for it in items])
     seconds = time.perf_counter() - start
+    # per-item processing time: in the caller for fast-path items, in the worker otherwise
     lat = [r.timings.get("total_s", 0.0) for r in results]
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+    statuses["decided_in_process"] = sum(1 for r in results if "worker_s" not in r.timings)
     return _stats(f"veristep batch ({workers} workers)", items, [r.correct for r in results], lat, seconds), \
         [r.correct for r in results], statuses
+
+
+def run_veristep_single(items: list[Item], workers: int, timeout: float) -> PeerStats:
+    """veristep's verify(), one call at a time: end-to-end latency of a single call."""
+    from veristep.verifiers.math import MathVerifier
+
+    with MathVerifier(workers=workers, timeout=timeout) as verifier:
+        verifier.verify("$\\boxed{x}$", "y")  # start the pool outside the measurement
+        verdicts, lat = [], []
+        start = time.perf_counter()
+        for it in items:
+            t0 = time.perf_counter()
+            verdicts.append(verifier.verify(it.completion, it.answer).correct)
+            lat.append(time.perf_counter() - t0)
+        seconds = time.perf_counter() - start
+    return _stats("veristep verify(), one by one", items, verdicts, lat, seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adversarial", type=int, default=8, help="adversarial completions to add")
     ap.add_argument("--workers", type=int, default=2, help="veristep worker processes")
     ap.add_argument("--timeout", type=float, default=5.0, help="veristep per-item limit (s)")
+    ap.add_argument("--single-calls", type=int, default=400,
+                    help="items (a spread sample) also timed through one-at-a-time verify() calls")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", type=Path, default=OUT, help="where to write the JSON results")
     args = ap.parse_args(argv)
@@ -245,15 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     vs, vs_verdicts, statuses = run_veristep(items, args.workers, args.timeout)
     mv, mv_verdicts = run_math_verify(items)
     ratio = vs.items_per_s / mv.items_per_s
-
     rows = [mv, vs]
+    if args.single_calls > 0:
+        step = max(1, len(items) // args.single_calls)
+        rows.append(run_veristep_single(items[::step][: args.single_calls], args.workers, args.timeout))
     header = f"{'checker':32} {'items/s':>9} {'acc':>7} {'FP':>4} {'FN':>4} {'closeFP':>8} {'p50 ms':>8} {'p99 ms':>9}"
     print(header)
     print("-" * len(header))
     for s in rows:
         print(f"{s.name:32} {s.items_per_s:9.1f} {s.accuracy:7.2%} {s.false_positives:4d} {s.false_negatives:4d} "
               f"{s.close_wrong_false_positives:8d} {s.p50_ms:8.2f} {s.p99_ms:9.2f}")
-    print(f"throughput ratio veristep / math-verify: {ratio:.2f}x   veristep statuses: {statuses}")
+    print(f"throughput ratio veristep batch / math-verify: {ratio:.2f}x   veristep statuses: {statuses}")
+    print("latency: math-verify and one-by-one rows are per call; the batch row is per-item processing time")
 
     disagreements = [
         {"kind": it.kind, "answer": it.answer, "completion_tail": it.completion[-160:], "label": it.label,

@@ -9,6 +9,7 @@ sympy runs in an isolated worker process (workers.WorkerPool) with a hard time l
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -267,8 +268,6 @@ class MathVerifier:
 
 def _looks_like_choice(text: str) -> bool:
     """A reference names a choice when it is a lone capital letter, optionally "(B)" or "\\text{B}"."""
-    import re
-
     return bool(re.fullmatch(r"\s*(?:\\text\{)?\s*\(?\s*[A-J]\s*\)?\s*\}?\s*\.?\s*", text))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from veristep.verifiers.math_extract import ExtractionMethod, choice_letter, extract_answer
 
 
@@ -84,3 +86,12 @@ def test_hostile_text_is_linear_time(text: str) -> None:
 
 def test_non_string_input_is_no_answer() -> None:
     assert extract_answer(None) is None  # type: ignore[arg-type]
+
+
+@given(st.text(alphabet=st.sampled_from(list("\\boxed{}$()*# \nAnswer:is final0123456789<>/")), max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_random_text_never_raises_and_spans_are_exact(text: str) -> None:
+    for choices in (False, True):
+        ext = extract_answer(text, choices=choices)
+        if ext is not None:
+            assert ext.answer and text[ext.start : ext.end] == ext.answer

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from veristep.verifiers.base import Status
 from veristep.verifiers.math_equiv import EquivConfig, compare_numbers
 from veristep.verifiers.math_normalize import (
@@ -116,3 +118,34 @@ def test_split_assignment_and_exact_decimals() -> None:
 )
 def test_too_large_to_evaluate(latex: str, big: bool) -> None:
     assert too_large_to_evaluate(latex) is big
+
+
+def _spellings(value: Fraction) -> list[str]:
+    """Equivalent ways to write an exact rational that models produce."""
+    n, d = value.numerator, value.denominator
+    out = [f"\\frac{{{n}}}{{{d}}}", f"{n}/{d}", f"\\dfrac{{{n * 3}}}{{{d * 3}}}"]
+    if n < 0:
+        out.append(f"-\\frac{{{-n}}}{{{d}}}")
+    elif n > d > 1:
+        out.append(f"{n // d}\\frac{{{n % d}}}{{{d}}}" if n % d else str(n // d))
+    k = next((k for k in range(13) if (n * 10**k) % d == 0), None)
+    if k:  # a terminating decimal, written digit by digit (no float rounding)
+        digits = str(abs(n) * 10**k // d).rjust(k + 1, "0")
+        out.append(("-" if n < 0 else "") + digits[:-k] + "." + digits[-k:])
+    return out
+
+
+@given(st.fractions(min_value=-10**6, max_value=10**6, max_denominator=10**4), st.data())
+@settings(max_examples=200, deadline=None)
+def test_every_spelling_of_a_rational_is_equal_and_a_different_one_is_not(value: Fraction, data) -> None:
+    cfg = EquivConfig(numeric_tolerance=0)
+    ref = parse_exact_number(normalize_answer(f"\\frac{{{value.numerator}}}{{{value.denominator}}}"))
+    assert ref is not None and ref.value == value
+    for spelled in _spellings(value):
+        pred = parse_exact_number(normalize_answer(spelled))
+        assert pred is not None, spelled
+        assert compare_numbers(ref, pred, cfg).status is Status.CORRECT, spelled
+    other = data.draw(st.fractions(min_value=-10**6, max_value=10**6, max_denominator=10**4))
+    if other != value:
+        pred = parse_exact_number(normalize_answer(f"{other.numerator}/{other.denominator}"))
+        assert compare_numbers(ref, pred, cfg).status is Status.WRONG

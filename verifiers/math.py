@@ -28,7 +28,7 @@ from .math_equiv import (
 )
 from .math_extract import Extraction, ExtractionMethod, choice_letter, extract_answer
 from .math_normalize import ExactNumber, normalize_answer, parse_exact_number, split_assignment
-from .workers import Outcome, WorkerPool
+from .workers import Outcome, Submission, WorkerPool
 
 __all__ = ["Extraction", "ExtractionMethod", "MathVerifier", "extract_answer"]
 
@@ -38,6 +38,9 @@ CALL_GRACE_S = 1.0
 # Longest answer we hand to sympy; longer "answers" are padding or attacks, not answers.
 _MAX_ANSWER_CHARS = 2000
 _REFERENCE_KEYS = ("answer", "reference", "ground_truth")
+# Undecided items queued before a batch hands them to the workers mid-pass (at a reference
+# boundary, so a group of samples stays in one chunk).
+_STREAM_AT = 32
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,16 @@ class _Reference:
     number: ExactNumber | None
     letter: str | None
     rhs: str | None  # right-hand side when the reference is an assignment such as x=3
+
+
+@dataclass
+class _Submitted:
+    """Items handed to the pool, and where each result goes back."""
+
+    pool: WorkerPool
+    submission: Submission
+    owners: list[list[list[tuple[int, Extraction]]]]  # chunk -> item -> [(position, extraction)]
+    started: float
 
 
 class MathVerifier:
@@ -161,9 +174,17 @@ class MathVerifier:
         # reference -> (reference, {normalised prediction: [(position, extraction)]}): a group
         # of G samples often repeats an answer, and each distinct pair is judged once
         pending: dict[str, tuple[_Reference, dict[str, list[tuple[int, Extraction]]]]] = {}
+        submitted: list[_Submitted] = []
+        n_pending, prev_key = 0, None
         for pos, (completion, reference) in enumerate(zip(completions, references, strict=True)):
             t0 = time.perf_counter()
             key = "" if reference is None else str(reference)
+            if n_pending >= _STREAM_AT and key != prev_key:
+                # hand finished groups to the workers now, so sympy work overlaps with the
+                # in-process pass over the rest of the batch
+                submitted.append(self._submit(pending, start_all, single_call))
+                pending, n_pending = {}, 0
+            prev_key = key
             ref = refs.get(key)
             if ref is None:
                 ref = refs[key] = self._prepare_reference(reference)
@@ -176,9 +197,13 @@ class MathVerifier:
                 results[pos] = res
             elif pred is not None:
                 group = pending.setdefault(ref.normalized, (ref, {}))[1]
+                if pred[0] not in group:
+                    n_pending += 1
                 group.setdefault(pred[0], []).append((pos, pred[1]))
         if pending:
-            self._run_workers(pending, results, start_all, single_call)
+            submitted.append(self._submit(pending, start_all, single_call))
+        for sub in submitted:
+            self._collect(sub, results, single_call)
         return [r for r in results if r is not None]
 
     def _fast_path(self, completion: Any, ref: _Reference) -> tuple[VerifyResult | None, tuple[str, Extraction] | None]:
@@ -236,21 +261,24 @@ class MathVerifier:
                 owners.append([where for _, where in part])
         return chunks, owners
 
-    def _run_workers(
+    def _submit(
         self,
         pending: dict[str, tuple[_Reference, dict[str, list[tuple[int, Extraction]]]]],
-        results: list[VerifyResult | None],
         start_all: float,
         single_call: bool,
-    ) -> None:
-        """Send the undecided items to the pool, grouped by reference, spread over the workers."""
+    ) -> _Submitted:
+        """Queue undecided items on the pool, grouped by reference; return at once."""
         pool = self._get_pool()
         chunks, owners = self._plan_chunks(pending, pool.size)
         deadline = start_all + self.timeout + CALL_GRACE_S if single_call else None
-        t0 = time.perf_counter()
-        outcomes = pool.run_chunks(chunks, self.timeout, deadline)
-        wall = time.perf_counter() - t0
-        for owner, chunk_results in zip(owners, outcomes, strict=True):
+        return _Submitted(pool, pool.submit(chunks, self.timeout, deadline), owners, time.perf_counter())
+
+    @staticmethod
+    def _collect(sub: _Submitted, results: list[VerifyResult | None], single_call: bool) -> None:
+        """Wait for a submission and turn its item outcomes into results at their positions."""
+        outcomes = sub.pool.wait(sub.submission)
+        wall = time.perf_counter() - sub.started
+        for owner, chunk_results in zip(sub.owners, outcomes, strict=True):
             for where, item in zip(owner, chunk_results, strict=True):
                 if item.outcome is Outcome.OK:
                     status, detail, close = item.value

@@ -9,6 +9,7 @@ caller's process does not pay for it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -207,7 +208,7 @@ _PROBES = ("0.6180339887498948482", "1.4142135623730950488", "2.7182818284590452
 
 
 def _differ_at_a_point(gold: Any, pred: Any) -> bool:
-    """True when two expressions in the same variables take different values at a sample point.
+    """True when two expressions take different values at a sample point of their variables.
 
     A cheap proof of inequality: sympy's simplify on a wrong pair (x^3 vs x^2) can take
     seconds, while one substitution takes milliseconds. Agreement proves nothing, so equal
@@ -216,15 +217,14 @@ def _differ_at_a_point(gold: Any, pred: Any) -> bool:
     import sympy
 
     gs, ps = getattr(gold, "free_symbols", set()), getattr(pred, "free_symbols", set())
-    if not gs or {s.name for s in gs} != {s.name for s in ps} or len(gs) > 6:
+    names = sorted({s.name for s in gs} | {s.name for s in ps})
+    if not names or len(names) > 6:
         return False
-    by_name = sorted(gs, key=lambda s: s.name)
-    pred_syms = {s.name: s for s in ps}
     for shift in range(len(_PROBES)):
-        values = {s: sympy.Float(_PROBES[(i + shift) % len(_PROBES)], 30) for i, s in enumerate(by_name)}
+        point = {n: sympy.Float(_PROBES[(i + shift) % len(_PROBES)], 30) for i, n in enumerate(names)}
         try:
-            a = complex(sympy.N(gold.subs(values), 30))
-            b = complex(sympy.N(pred.subs({pred_syms[s.name]: v for s, v in values.items()}), 30))
+            a = complex(sympy.N(gold.subs({s: point[s.name] for s in gs}), 30))
+            b = complex(sympy.N(pred.subs({s: point[s.name] for s in ps}), 30))
         except Exception:
             continue  # not a number at this point (a domain edge, a function): no evidence
         if not all(map(_finite, (a.real, a.imag, b.real, b.imag))):
@@ -238,6 +238,46 @@ def _finite(x: float) -> bool:
     return x == x and abs(x) != float("inf")
 
 
+def _text_like(expr: Any) -> bool:
+    """A bare symbol or a product of symbols: how math-verify reads a word such as "Evelyn"."""
+    import sympy
+
+    if isinstance(expr, sympy.Symbol):
+        return True
+    return isinstance(expr, sympy.Mul) and all(isinstance(a, sympy.Symbol) for a in expr.args)
+
+
+def _intervals(expr: Any) -> list[Any] | None:
+    """The intervals of an Interval or a Union of Intervals, sorted by left end (else None)."""
+    import sympy
+
+    if isinstance(expr, sympy.Interval):
+        return [expr]
+    if isinstance(expr, sympy.Union) and all(isinstance(a, sympy.Interval) for a in expr.args):
+        try:
+            return sorted(expr.args, key=lambda iv: float(sympy.N(iv.start)))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _compare_intervals(gold: list[Any], pred: list[Any], cfg: EquivConfig) -> Verdict:
+    """Interval unions: same count, same open/closed ends, exactly equal end points."""
+    if len(gold) != len(pred):
+        return Verdict(Status.WRONG)
+    for g, p in zip(gold, pred, strict=True):
+        if (g.left_open, g.right_open) != (p.left_open, p.right_open):
+            return Verdict(Status.WRONG)
+        for ge, pe in ((g.start, p.start), (g.end, p.end)):
+            if ge == pe:
+                continue
+            if not (_is_constant(ge) and _is_constant(pe)):
+                return Verdict(Status.WRONG) if ge.is_infinite or pe.is_infinite else Verdict(Status.PARSE_ERROR)
+            if _compare_constants(ge, pe, None, cfg).status is not Status.CORRECT:
+                return Verdict(Status.WRONG)
+    return Verdict(Status.CORRECT)
+
+
 def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> Verdict:
     """Compare two parsed answers: our exact/precision rules for constants, math-verify otherwise."""
     from math_verify import verify
@@ -249,8 +289,17 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
     gold_expr, pred_expr = ref.parsed[0], pred.parsed[0]
     if _is_constant(gold_expr) and _is_constant(pred_expr):
         return _compare_constants(gold_expr, pred_expr, ref.decimals, cfg)
-    if _is_plain_expr(gold_expr) and _is_plain_expr(pred_expr) and _differ_at_a_point(gold_expr, pred_expr):
-        return Verdict(Status.WRONG)
+    if _is_plain_expr(gold_expr) and _is_plain_expr(pred_expr):
+        gold_text, pred_text = _text_like(gold_expr), _text_like(pred_expr)
+        if (gold_text and _is_constant(pred_expr)) or (pred_text and _is_constant(gold_expr)):
+            return Verdict(Status.WRONG)  # a word or a variable is never a number
+        if not (gold_text or pred_text) and _differ_at_a_point(gold_expr, pred_expr):
+            return Verdict(Status.WRONG)
+    gold_iv, pred_iv = _intervals(gold_expr), _intervals(pred_expr)
+    if gold_iv is not None and pred_iv is not None:
+        verdict = _compare_intervals(gold_iv, pred_iv, cfg)
+        if verdict.status is not Status.PARSE_ERROR:
+            return verdict
     # Structured answers (sets, intervals, tuples, matrices, equations, expressions in x):
     # math-verify's comparison, with its float rounding made irrelevant (decimals are exact
     # fractions by now) and a numeric precision high enough not to call 1e-20 zero.
@@ -263,10 +312,24 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
 # ------------------------------------------------------------- the worker pool's two calls
 
 
+# Parsed references per worker process: a reference that comes back in a later chunk (the
+# same prompt in the next batch, or a group cut in two) is not parsed again.
+_REFERENCE_CACHE: OrderedDict[tuple[str, int | None, EquivConfig], tuple[ParsedAnswer, EquivConfig]] = OrderedDict()
+_REFERENCE_CACHE_SIZE = 1024
+
+
 def reference_state(shared: tuple[str, int | None, EquivConfig]) -> tuple[ParsedAnswer, EquivConfig]:
     """Parse one reference once for every completion that shares it (worker side)."""
+    state = _REFERENCE_CACHE.get(shared)
+    if state is not None:
+        _REFERENCE_CACHE.move_to_end(shared)
+        return state
     text, decimals, cfg = shared
-    return parse_answer(text, cfg, decimals), cfg
+    state = (parse_answer(text, cfg, decimals), cfg)
+    _REFERENCE_CACHE[shared] = state
+    if len(_REFERENCE_CACHE) > _REFERENCE_CACHE_SIZE:
+        _REFERENCE_CACHE.popitem(last=False)
+    return state
 
 
 def judge(state: tuple[ParsedAnswer, EquivConfig], pred_text: str) -> tuple[str, str, bool]:

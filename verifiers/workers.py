@@ -57,14 +57,26 @@ class _Sink:
     results: list[ItemResult | None]
     remaining: int
     done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put(self, index: int, result: ItemResult) -> None:
         """Record one result (first write wins) and wake the caller when all are in."""
-        if self.results[index] is None:
+        with self.lock:
+            if self.results[index] is not None:
+                return
             self.results[index] = result
             self.remaining -= 1
             if self.remaining <= 0:
                 self.done.set()
+
+
+@dataclass
+class Submission:
+    """A handle on queued chunks, for `WorkerPool.wait`."""
+
+    sink: _Sink
+    sizes: list[int]
+    call_deadline: float | None
 
 
 @dataclass
@@ -208,33 +220,48 @@ class WorkerPool:
         `limit` bounds each item's run time (and each chunk's preparation); `call_deadline`
         (a `time.monotonic()` value) also bounds the wait for a free worker.
         """
-        total = sum(len(items) for _, items in chunks)
+        return self.wait(self.submit(chunks, limit, call_deadline))
+
+    def submit(
+        self,
+        chunks: Sequence[tuple[Any, Sequence[Any]]],
+        limit: float,
+        call_deadline: float | None = None,
+    ) -> Submission:
+        """Queue chunks and return at once; `wait` collects their results."""
+        sizes = [len(items) for _, items in chunks]
+        total = sum(sizes)
         sink = _Sink([None] * total, total)
         if total == 0:
-            return [[] for _ in chunks]
+            sink.done.set()
+            return Submission(sink, sizes, call_deadline)
         pos = 0
         queued = []
-        for shared, items in chunks:
-            idx = list(range(pos, pos + len(items)))
-            pos += len(items)
+        for (shared, items), size in zip(chunks, sizes, strict=True):
             if items:
-                queued.append(_Chunk(shared, list(items), idx, sink, limit, call_deadline))
+                queued.append(_Chunk(shared, list(items), list(range(pos, pos + size)), sink, limit, call_deadline))
+            pos += size
         with self._lock:
             if self._closed:
                 raise RuntimeError("worker pool is closed")
             self._queue.extend(queued)
             self._ensure_started()
         self._wake()
-        if call_deadline is None:
+        return Submission(sink, sizes, call_deadline)
+
+    def wait(self, sub: Submission) -> list[list[ItemResult]]:
+        """Block until a submission's results are in; results per chunk, in item order."""
+        sink = sub.sink
+        if sub.call_deadline is None:
             sink.done.wait()
-        elif not sink.done.wait(max(0.0, call_deadline - time.monotonic()) + 2.0):
-            for i in range(total):  # the dispatcher should have answered; never block longer
+        elif not sink.done.wait(max(0.0, sub.call_deadline - time.monotonic()) + 2.0):
+            for i in range(len(sink.results)):  # the dispatcher should have answered by now
                 sink.put(i, ItemResult(Outcome.TIMEOUT, detail="no answer from the worker pool"))
         out: list[list[ItemResult]] = []
         pos = 0
-        for _, items in chunks:
-            out.append([r for r in sink.results[pos : pos + len(items)] if r is not None])
-            pos += len(items)
+        for size in sub.sizes:
+            out.append([r for r in sink.results[pos : pos + size] if r is not None])
+            pos += size
         return out
 
     @property
@@ -295,7 +322,9 @@ class WorkerPool:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child_conn, self._prepare, self._run, self._warm_up, self._memory_limit_mb),
+            # a forked child inherits the parent's warm imports; a spawned one warms itself
+            args=(child_conn, self._prepare, self._run,
+                  None if self._ctx.get_start_method() == "fork" else self._warm_up, self._memory_limit_mb),
             daemon=True,
         )
         proc.start()

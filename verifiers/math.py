@@ -21,11 +21,13 @@ from .math_equiv import (
     EquivConfig,
     PercentMode,
     Verdict,
+    compare_monomials,
     compare_numbers,
     judge,
     preload,
     reference_state,
 )
+from .math_exact import Monomial, has_several_parts, is_word, parse_monomial
 from .math_extract import Extraction, ExtractionMethod, choice_letter, extract_answer
 from .math_normalize import ExactNumber, normalize_answer, parse_exact_number, split_assignment
 from .workers import Outcome, Submission, WorkerPool
@@ -52,6 +54,7 @@ class _Reference:
     number: ExactNumber | None
     letter: str | None
     rhs: str | None  # right-hand side when the reference is an assignment such as x=3
+    monomial: Monomial | None = None  # exact q·√r·π^k value, when the reference is one
 
 
 @dataclass
@@ -165,7 +168,8 @@ class MathVerifier:
         letter = choice_letter(text) if len(text.strip()) <= 12 else None
         if letter is not None and not _looks_like_choice(text):
             letter = None
-        return _Reference(raw, normalized, parse_exact_number(normalized), letter, split_assignment(normalized))
+        return _Reference(raw, normalized, parse_exact_number(normalized), letter, split_assignment(normalized),
+                          parse_monomial(normalized))
 
     def _verify_many(self, completions: list[Any], references: list[Any], single_call: bool) -> list[VerifyResult]:
         start_all = time.monotonic()
@@ -231,12 +235,21 @@ class MathVerifier:
         if pred_rhs is not None and ref.rhs is None and "=" not in ref.normalized:
             pred = pred_rhs  # "x = 3" answers a question whose reference is "3"
         elif ref.rhs is not None and pred_rhs is None and "=" not in pred:
-            ref = _Reference(ref.raw, ref.rhs, parse_exact_number(ref.rhs), None, None)
+            ref = _Reference(ref.raw, ref.rhs, parse_exact_number(ref.rhs), None, None, parse_monomial(ref.rhs))
         if pred == ref.normalized:
             return _result(Verdict(Status.CORRECT), ext), None
         pred_num = parse_exact_number(pred)
         if pred_num is not None and ref.number is not None:
             return _result(compare_numbers(ref.number, pred_num, self.config), ext), None
+        pred_mono = parse_monomial(pred)
+        if pred_mono is not None and ref.monomial is not None:
+            decimals = ref.number.decimals if ref.number is not None else None
+            return _result(compare_monomials(ref.monomial, pred_mono, decimals, self.config), ext), None
+        # a number is never a word, a tuple, a set, an interval union or a matrix
+        ref_scalar = ref.number is not None or ref.monomial is not None
+        pred_scalar = pred_num is not None or pred_mono is not None
+        if (ref_scalar and _is_compound(pred)) or (pred_scalar and _is_compound(ref.normalized)):
+            return _result(Verdict(Status.WRONG, "different kind of answer"), ext), None
         return None, (pred, ext)
 
     def _plan_chunks(
@@ -292,6 +305,11 @@ class MathVerifier:
                     res.timings["worker_s"] = item.seconds
                     res.timings["total_s"] = wall if single_call else item.seconds
                     results[pos] = res
+
+
+def _is_compound(normalized: str) -> bool:
+    """A word answer, or one with several parts (tuple, set, union, matrix)."""
+    return is_word(normalized) or has_several_parts(normalized)
 
 
 def _looks_like_choice(text: str) -> bool:

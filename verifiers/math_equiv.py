@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
 from .base import Status
+from .math_exact import Monomial
 from .math_normalize import ExactNumber, exact_decimals, too_large_to_evaluate
 
 PercentMode = Literal["either", "strip", "divide"]
@@ -92,6 +94,19 @@ def compare_numbers(ref: ExactNumber, pred: ExactNumber, cfg: EquivConfig) -> Ve
             if verdict.status is Status.CORRECT:
                 return verdict
             close = close or verdict.numeric_close
+    return Verdict(Status.WRONG, numeric_close=close)
+
+
+def compare_monomials(ref: Monomial, pred: Monomial, decimals: int | None, cfg: EquivConfig) -> Verdict:
+    """Fast-path comparison of two exact q·√r·π^k values (rationals included)."""
+    if ref == pred:
+        return Verdict(Status.CORRECT)
+    rv, pv = ref.value(), pred.value()
+    diff = abs(pv - rv)
+    if decimals and cfg.numeric_tolerance > 0:
+        if diff <= Decimal(str(cfg.numeric_tolerance)) * Decimal(10) ** -decimals:
+            return Verdict(Status.CORRECT, f"within the reference's {decimals} decimals")
+    close = diff <= Decimal(5) * Decimal(10) ** -7 or diff <= abs(rv) * Decimal(10) ** -4
     return Verdict(Status.WRONG, numeric_close=close)
 
 

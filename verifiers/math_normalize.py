@@ -60,6 +60,15 @@ _SLASH_RE = re.compile(rf"^({_INT})/({_INT})$")
 _SCI_RE = re.compile(rf"^({_DEC})(?:\\times|\\cdot|\*)10\^(?:\{{({_INT})\}}|(\d))$")
 
 
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+
+
 @dataclass(frozen=True)
 class ExactNumber:
     """A number read exactly from an answer string, with how it was written."""
@@ -125,6 +134,7 @@ def normalize_answer(answer: str) -> str:
         s = f"{sign}\\frac{{{int(whole) * int(den) + int(num)}}}{{{den}}}"
     if re.fullmatch(r"[A-Za-z][A-Za-z ]+", s) and len(s) > 1:
         s = s.lower()  # a word answer ("Monday", "Evelyn") is case-insensitive
+        s = _NUMBER_WORDS.get(s, s)
     return s
 
 

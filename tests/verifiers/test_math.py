@@ -18,6 +18,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 LIMIT = 3.0
 # A completion that makes sympy run for minutes (a sum, so the size guard cannot see it).
 HANG = "$\\boxed{(10^{5}+10^{10})!}$"
+# A pair only sympy can settle (the in-process fast path cannot), used to start the pool.
+NEEDS_SYMPY = ("$\\boxed{x^2+2x+1}$", "(x+1)^2")
 
 
 def _rows(name: str) -> list[dict]:
@@ -110,20 +112,20 @@ def test_math500_shuffled_pairs_almost_never_verify(verifier: MathVerifier) -> N
 
 def test_hang_times_out_within_limit_and_pool_recovers() -> None:
     with MathVerifier(workers=2, timeout=1.0) as v:
-        v.verify("$\\boxed{\\sqrt{8}}$", "2\\sqrt2")  # start the pool outside the timing
+        v.verify(*NEEDS_SYMPY)  # start the pool outside the timing
         start = time.monotonic()
         res = v.verify(HANG, "5")
         assert time.monotonic() - start < 1.0 + CALL_GRACE_S + 0.5
         assert res.status is Status.TIMEOUT and res.reward == 0.0
-        batch = v.verify_batch([HANG, "$\\boxed{2\\sqrt{2}}$", HANG, "$\\boxed{x^2+2x+1}$"],
-                               ["5", "\\sqrt{8}", "6", "(x+1)^2"])
+        batch = v.verify_batch([HANG, "$\\boxed{\\sin^2 x + \\cos^2 x}$", HANG, "$\\boxed{x^2+2x+1}$"],
+                               ["5", "1", "6", "(x+1)^2"])
         assert [r.status for r in batch] == [Status.TIMEOUT, Status.CORRECT, Status.TIMEOUT, Status.CORRECT]
         assert len(v.worker_pids()) == 2
 
 
 def test_eight_threads_and_one_hang() -> None:
     with MathVerifier(workers=2, timeout=1.0) as v:
-        v.verify("$\\boxed{\\sqrt{8}}$", "2\\sqrt2")
+        v.verify(*NEEDS_SYMPY)
         out: dict[int, tuple[Status, float]] = {}
 
         def call(k: int) -> None:
@@ -131,7 +133,7 @@ def test_eight_threads_and_one_hang() -> None:
             if k == 0:
                 res = v.verify(HANG, "5")
             else:
-                res = v.verify(f"$\\boxed{{\\frac{{\\sqrt{{2}}}}{{{k}}}}}$", f"\\frac{{1}}{{{k}/\\sqrt{{2}}}}")
+                res = v.verify(f"$\\boxed{{(x+{k})^2}}$", f"x^2+{2 * k}x+{k * k}")
             out[k] = (res.status, time.monotonic() - start)
 
         threads = [threading.Thread(target=call, args=(k,)) for k in range(8)]
@@ -201,8 +203,9 @@ def test_registry_protocol_and_config_errors() -> None:
 
 def test_close_stops_workers_and_verifier_restarts() -> None:
     v = MathVerifier(workers=2)
-    assert v.verify("$\\boxed{\\sqrt{8}}$", "2\\sqrt{2}").correct
+    assert v.verify(*NEEDS_SYMPY).correct
     pids = v.worker_pids()
+    assert len(pids) == 2
     v.close()
     time.sleep(0.2)
     for pid in pids:
@@ -211,7 +214,7 @@ def test_close_stops_workers_and_verifier_restarts() -> None:
                 assert fh.read().split(")")[-1].split()[0] == "Z"
         except FileNotFoundError:
             pass
-    assert v.verify("$\\boxed{\\sqrt{8}}$", "2\\sqrt{2}").correct  # a new pool on demand
+    assert v.verify(*NEEDS_SYMPY).correct and len(v.worker_pids()) == 2  # a new pool on demand
     v.close()
 
 

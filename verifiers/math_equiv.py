@@ -350,7 +350,11 @@ def reference_state(shared: tuple[str, int | None, EquivConfig]) -> tuple[Parsed
 def judge(state: tuple[ParsedAnswer, EquivConfig], pred_text: str) -> tuple[str, str, bool]:
     """Judge one normalised predicted answer against the prepared reference (worker side)."""
     ref, cfg = state
-    verdict = compare_parsed(ref, parse_answer(pred_text, cfg), cfg)
+    try:
+        verdict = compare_parsed(ref, parse_answer(pred_text, cfg), cfg)
+    except (MemoryError, RecursionError) as exc:
+        # the answer is too big or too deeply nested to evaluate: the model's doing, not ours
+        verdict = Verdict(Status.PARSE_ERROR, f"{type(exc).__name__}: answer too large to evaluate")
     return verdict.status.value, verdict.detail, verdict.numeric_close
 
 

@@ -44,6 +44,8 @@ _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbo
 _OR_RE = re.compile(r"\\text\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+|\\(?:quad|qquad)")
 _EMPTYSET_RE = re.compile(r"\\(?:varnothing|emptyset)(?![A-Za-z])|\\\{\s*\\\}")
 _TRAILING_WORDS_RE = re.compile(r"^([-+]?[\d.,/]*\d\.?\d*)\s*(?:\\%|%)?\s+(?:[A-Za-z]{2,}\.?\s*){1,4}$")
+# "5 million" is not 5: words that scale the number are never dropped as units
+_MAGNITUDE_RE = re.compile(r"(?i)\b(?:hundred|thousand|million|billion|trillion|dozen|percent|times)\b")
 _SPACE_AFTER_CMD_RE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z0-9])")
 _THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?$")
 _SCI_E_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
@@ -106,7 +108,7 @@ def normalize_answer(answer: str) -> str:
     s = _DEGREE_RE.sub("", s)
     s = s.replace("\\%", "%").replace("%", "\\%")
     tw = _TRAILING_WORDS_RE.match(s)
-    if tw:
+    if tw and not _MAGNITUDE_RE.search(s[tw.end(1) :]):
         s = tw.group(1) + ("\\%" if "%" in s[tw.end(1) :] else "")
     s = _OR_RE.sub(",", s)
     s = _unwrap_text(s)

@@ -29,6 +29,7 @@ from veristep.verifiers.math_normalize import (
         ("30°", "30"),
         ("\\$25", "25"),
         ("25 dollars", "25"),
+        ("5 million", "5million"),
         ("5.", "5"),
         ("1\\,000", "1000"),
         ("10 000", "10000"),

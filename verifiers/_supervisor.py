@@ -1,0 +1,420 @@
+"""In-sandbox supervisor: runs each compile or test step of one completion in a fresh process.
+
+This file is not imported by veristep. Its source is passed to the sandbox interpreter with
+`python -I -S -c`, so it must use the standard library only and run on any Python >= 3.8.
+
+Protocol: one JSON request per line on stdin, one JSON reply per line on stdout, every reply
+stamped with the nonce of the first request. Expected outputs never enter the sandbox; the
+host compares. Under bubblewrap the supervisor is PID 1 of its namespace, so the program can
+neither kill it nor reach its pipes (it is made non-dumpable), and `kill(-1)` after each step
+removes every process the program left behind. Before each step the scratch folders are
+wiped and the program's files rewritten, so no step sees what an earlier step left.
+"""
+
+import builtins
+import ctypes
+import errno
+import io
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import stat
+import sys
+import time
+import traceback
+import types
+
+_PR_SET_DUMPABLE = 4
+_ASSERT_FAILED_EXIT = 101  # mirrored in verifiers/code.py
+_STDERR_KEEP = 4096
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - static interpreters
+    _libc = None
+
+
+def _set_dumpable(flag):
+    if _libc is not None:
+        _libc.prctl(_PR_SET_DUMPABLE, int(flag), 0, 0, 0)
+
+
+class Supervisor:
+    def __init__(self, init):
+        self.nonce = init["nonce"]
+        self.workroot = init["workroot"]
+        self.scratch = list(init["scratch"])
+        self.env = dict(init["env"])
+        self.artifacts = {}
+        self.counter = 0
+        self.is_pid1 = os.getpid() == 1
+
+    # ---- steps -------------------------------------------------------------------------
+    def step(self, req):
+        self._reset_filesystem()
+        self.counter += 1
+        workdir = os.path.join(self.workroot, f"s{self.counter}")
+        os.mkdir(workdir, 0o700)
+        for name, data in self.artifacts.items():
+            _write(os.path.join(workdir, name), data, 0o700)
+        for name, text in req.get("files", {}).items():
+            _write(os.path.join(workdir, name), text.encode("utf-8"), 0o600)
+        reply = self._run(req, workdir)
+        if req.get("op") == "compile" and reply["exit_code"] == 0 and not reply["timed_out"]:
+            for name in req.get("keep", []):
+                try:
+                    with open(os.path.join(workdir, name), "rb") as fh:
+                        self.artifacts[name] = fh.read()
+                except OSError as err:
+                    reply["exit_code"] = 1
+                    reply["stderr"] += f"\nveristep: compiler produced no {name} ({err})"
+        return reply
+
+    def _run(self, req, workdir):
+        limits = req["limits"]
+        stdin_fd = os.memfd_create("stdin") if hasattr(os, "memfd_create") else _tmp_stdin()
+        os.write(stdin_fd, req.get("stdin", "").encode("utf-8"))
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _child(req, workdir, limits, stdin_fd, out_w, err_w, self.env)  # never returns
+        for fd in (stdin_fd, out_w, err_w):
+            os.close(fd)
+        out, err, timed_out, over = _collect(pid, out_r, err_r, start + limits["wall_s"],
+                                             limits["output_bytes"])
+        status = _wait_or_kill(pid)
+        wall = time.monotonic() - start
+        self._kill_leftovers(pid)
+        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        return {
+            "nonce": self.nonce,
+            "exit_code": exit_code,
+            "signal": sig,
+            "stdout": out.decode("utf-8", "replace"),
+            "stderr": err[-_STDERR_KEEP:].decode("utf-8", "replace"),
+            "wall_s": wall,
+            "timed_out": timed_out,
+            "output_limited": over,
+        }
+
+    # ---- hygiene -----------------------------------------------------------------------
+    def _kill_leftovers(self, pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if not self.is_pid1:
+            _reap_all()
+            return
+        # As PID 1, every other process in the namespace is the program's: kill until none is
+        # left, since a fork bomb may be mid-fork while the first kill goes out.
+        for _ in range(1000):
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            _reap_all()
+            if not any(name.isdigit() and name != "1" for name in os.listdir("/proc")):
+                return
+            time.sleep(0.001)
+
+    def _reset_filesystem(self):
+        for folder in self.scratch + [self.workroot]:
+            _clear_folder(folder)
+
+
+def _child(req, workdir, limits, stdin_fd, out_w, err_w, env):
+    try:
+        os.setpgid(0, 0)
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        os.chdir(workdir)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        _set_limits(limits)
+        _set_dumpable(True)
+        os.environ.clear()
+        os.environ.update(env)
+        if req.get("python_main"):
+            _run_python_main(workdir, req["python_main"])
+        argv = req["argv"]
+        os.execve(_which(argv[0], env), argv, env)
+    except BaseException:  # noqa: B036 - a forked child must never return into the supervisor
+        try:
+            os.write(2, ("veristep sandbox: " + traceback.format_exc()).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+
+
+def _set_limits(limits):
+    cpu = int(limits["cpu_s"])
+    mem = limits["memory_mb"] * 1024 * 1024
+    fsize = limits["file_mb"] * 1024 * 1024
+    for which, value in (
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_NPROC, (limits["processes"], limits["processes"])),
+        (resource.RLIMIT_FSIZE, (fsize, fsize)),
+        (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ):
+        resource.setrlimit(which, value)
+
+
+def _run_python_main(workdir, filename):
+    """Run `filename` as `__main__` in this forked interpreter, then exit like python would."""
+    path = os.path.join(workdir, filename)
+    sys.argv = [path]
+    sys.path[:] = [p for p in sys.path if p]
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
+        errors="surrogateescape")
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8",
+        errors="surrogateescape")
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+        errors="backslashreplace", line_buffering=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    code = 0
+    try:
+        with open(path, "rb") as fh:
+            source = fh.read()
+        exec(compile(source, path, "exec"), main.__dict__)
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except BaseException as exc:  # noqa: B036 - the program's own uncaught exception
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+        code = 1
+    if "threading" in sys.modules:
+        try:
+            sys.modules["threading"]._shutdown()
+        except BaseException:  # noqa: B036
+            pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: B036
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: B036
+            code = code or 120
+    os._exit(code)
+
+
+def _exit_code(value):
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    try:
+        sys.stderr.write(str(value) + "\n")
+    except BaseException:  # noqa: B036
+        pass
+    return 1
+
+
+def _collect(pid, out_r, err_r, deadline, cap):
+    """Read both pipes until the child exits or the deadline or the output cap is hit."""
+    chunks = {out_r: [], err_r: []}
+    sizes = {out_r: 0, err_r: 0}
+    open_fds = {out_r, err_r}
+    timed_out = over = False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    poller = select.poll()
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    exited = False
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        # Without a pidfd, wake up every 10 ms to see whether the child has exited.
+        wait_ms = int(remaining * 1000) + 1 if pidfd is not None else min(10, int(remaining * 1000) + 1)
+        events = poller.poll(wait_ms)
+        if pidfd is None and not exited and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+            exited = True
+        for fd, _ in events:
+            if fd == pidfd:
+                exited = True
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+                continue
+            sizes[fd] += len(data)
+            if sizes[fd] > cap:
+                over = True
+            else:
+                chunks[fd].append(data)
+        if over:
+            break
+        if exited:
+            # The program is done; take what its descendants already wrote, but do not wait
+            # for them to close inherited pipes.
+            _drain(open_fds, chunks, sizes, cap)
+            break
+    if pidfd is not None:
+        os.close(pidfd)
+    for fd in (out_r, err_r):
+        os.close(fd)
+    return b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out, over
+
+
+def _drain(fds, chunks, sizes, cap):
+    for fd in list(fds):
+        os.set_blocking(fd, False)
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            sizes[fd] += len(data)
+            if sizes[fd] <= cap:
+                chunks[fd].append(data)
+            else:
+                break
+
+
+def _wait_or_kill(pid):
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    if done:
+        return status
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
+def _reap_all():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _clear_folder(folder):
+    """Delete everything inside `folder`, even entries a program made unreadable."""
+    try:
+        entries = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    except PermissionError:
+        os.chmod(folder, 0o700)
+        entries = os.listdir(folder)
+    for name in entries:
+        path = os.path.join(folder, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(mode):
+            _make_writable_tree(path)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _make_writable_tree(path):
+    for root, dirs, _files in os.walk(path, onerror=lambda err: None):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700)
+            except OSError:
+                pass
+    try:
+        os.chmod(path, 0o700)
+        for root, dirs, _files in os.walk(path):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o700)
+    except OSError:
+        pass
+
+
+def _write(path, data, mode):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _tmp_stdin():
+    import tempfile
+
+    fd, path = tempfile.mkstemp()
+    os.unlink(path)
+    return fd
+
+
+def _which(name, env):
+    if "/" in name:
+        return name
+    for folder in env.get("PATH", "/usr/bin:/bin").split(":"):
+        candidate = os.path.join(folder, name)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, "command not found", name)
+
+
+def main():
+    _set_dumpable(False)
+    # The supervisor must outlive SIGTERM/SIGINT a program sends it outside a PID namespace.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    stdin = sys.stdin.buffer
+    stdout = sys.stdout.buffer
+    supervisor = None
+    while True:
+        line = stdin.readline()
+        if not line:
+            break
+        req = json.loads(line)
+        if supervisor is None:
+            supervisor = Supervisor(req)
+            reply = {"nonce": supervisor.nonce, "ready": True, "python": sys.version.split()[0]}
+        else:
+            reply = supervisor.step(req)
+        stdout.write(json.dumps(reply).encode("utf-8") + b"\n")
+        stdout.flush()
+    if supervisor is not None:
+        supervisor._reset_filesystem()
+
+
+main()

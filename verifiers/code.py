@@ -156,6 +156,7 @@ class CodeVerifier:
         allow_unsandboxed: bool = False,
         *,
         isolation: Isolation | str | None = None,
+        cpu_timeout: float | None = None,
         compile_timeout: float = 30.0,
         compile_memory_mb: int = 2048,
         max_processes: int = 64,
@@ -182,6 +183,7 @@ class CodeVerifier:
         self.stderr_chars = stderr_chars
         self.test_limits = Limits(
             wall_s=timeout,
+            cpu_s=cpu_timeout,
             memory_mb=memory_mb,
             processes=max_processes,
             file_mb=max_file_mb,

@@ -1,0 +1,96 @@
+"""The sandbox layer: isolation levels, the unsandboxed opt-in, limits, sessions."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from veristep.verifiers.code import CodeVerifier
+from veristep.verifiers.sandbox import (
+    Isolation,
+    Limits,
+    Sandbox,
+    SandboxUnavailable,
+)
+
+WHOAMI = "import os\nprint(os.getuid(), os.getcwd(), sorted(os.environ))\n"
+
+
+def test_limits_validate_and_serialise():
+    with pytest.raises(ValueError):
+        Limits(wall_s=0)
+    with pytest.raises(ValueError):
+        Limits(memory_mb=-1)
+    with pytest.raises(ValueError):
+        Limits(cpu_s=0)
+    assert Limits(wall_s=2.5).to_wire()["cpu_s"] == 4  # wall + 1 s, rounded up
+    assert Limits(wall_s=2.5, cpu_s=1.2).to_wire()["cpu_s"] == 2
+
+
+def test_unsandboxed_execution_needs_an_explicit_opt_in():
+    with pytest.raises(SandboxUnavailable, match="allow_unsandboxed=True"):
+        Sandbox("rlimits-only")
+    with pytest.raises(SandboxUnavailable, match="allow_unsandboxed=True"):
+        CodeVerifier(isolation="rlimits-only")
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        Sandbox("namespaces")
+    with pytest.raises(ValueError):
+        Sandbox("chroot")
+
+
+def test_rlimits_only_runs_with_opt_in_and_reports_it():
+    verifier = CodeVerifier(isolation="rlimits-only", allow_unsandboxed=True, timeout=2.0)
+    assert verifier.isolation is Isolation.RLIMITS_ONLY and not verifier.isolation.isolated
+    result = verifier.verify("print(int(input()) * 2)", {"tests": [{"stdin": "21", "stdout": "42"}]})
+    assert result.correct and result.extra["isolation"] == "rlimits-only"
+    with verifier.sandbox.session() as session:
+        step = session.run({"main.py": WHOAMI}, Limits(), python_main="main.py")
+        hostdir = session._hostdir
+    uid, cwd, env = step.stdout.split(" ", 2)
+    assert int(uid) != 0  # root callers drop to uid 65534
+    assert cwd.startswith(hostdir) and "SECRET" not in env and "PYTHONPATH" not in env
+    assert not os.path.exists(hostdir)  # the private folder is removed on close
+
+
+def test_auto_detection_picks_bubblewrap(code_verifier):
+    if code_verifier.isolation is not Isolation.BWRAP:
+        pytest.skip("attack suite running at another isolation level")
+    assert Sandbox().isolation is Isolation.BWRAP
+    assert Sandbox(allow_unsandboxed=True).isolation is Isolation.BWRAP
+
+
+def test_session_steps_are_fresh_but_compile_outputs_persist(code_verifier):
+    sandbox = code_verifier.sandbox
+    with sandbox.session() as session:
+        assert session.isolation is sandbox.isolation and session.start_s > 0
+        first = session.run({"main.py": WHOAMI}, Limits(), python_main="main.py")
+        uid, cwd, env = first.stdout.split(" ", 2)
+        assert int(uid) == 65534 and env.strip() == str(
+            sorted(["HOME", "LANG", "LC_ALL", "PATH", "TMPDIR"])
+        )
+        built = session.compile(
+            {"build.sh": "echo built > artifact; echo scratch > other"},
+            ["/bin/sh", "build.sh"],
+            ["artifact"],
+            Limits(),
+        )
+        assert built.ok
+        look = "import os\nprint(sorted(os.listdir('.')), open('artifact').read().strip())\n"
+        step = session.run({"look.py": look}, Limits(), python_main="look.py")
+        assert step.stdout.strip() == "['artifact', 'look.py'] built"
+        step = session.run({}, Limits(), argv=["/bin/sh", "-c", "cat artifact; exit 3"])
+        assert step.stdout == "built\n" and step.exit_code == 3 and not step.ok
+        with pytest.raises(ValueError):
+            session.run({}, Limits())
+
+
+def test_step_result_flags(code_verifier):
+    with code_verifier.sandbox.session() as session:
+        slow = session.run({}, Limits(wall_s=0.5), argv=["/bin/sh", "-c", "sleep 5"])
+        assert slow.timed_out and slow.wall_s < 3
+        loud = session.run(
+            {}, Limits(output_bytes=1000), argv=["/bin/sh", "-c", "yes | head -c 100000"]
+        )
+        assert loud.output_limited and len(loud.stdout) <= 1000
+        killed = session.run({}, Limits(), argv=["/bin/sh", "-c", "kill -9 $$"])
+        assert killed.signal == 9 and killed.exit_code is None

@@ -3,8 +3,9 @@
 This file is not imported by veristep. Its source is passed to the sandbox interpreter with
 `python -I -S -c`, so it must use the standard library only and run on any Python >= 3.8.
 
-Protocol: one JSON request per line on stdin, one JSON reply per line on stdout, every reply
-stamped with the nonce of the first request. Expected outputs never enter the sandbox; the
+Protocol: length-prefixed marshal frames (4-byte little-endian size, then the dict), one
+request in and one reply out per step, every reply stamped with the nonce of the first
+request. Expected outputs never enter the sandbox; the
 host compares. Under bubblewrap the supervisor is PID 1 of its namespace, so the program can
 neither kill it nor reach its pipes (it is made non-dumpable), and `kill(-1)` after each step
 removes every process the program left behind. Before each step the scratch folders are
@@ -15,18 +16,18 @@ import builtins
 import ctypes
 import errno
 import io
-import json
+import marshal
 import os
 import resource
 import select
-import shutil
 import signal
 import stat
+import struct
 import sys
 import time
-import traceback
-import types
 
+# Start-up time is paid once per completion, so only light modules are imported here: no
+# json (marshal frames instead), no shutil, and traceback only in a child that needs it.
 _PR_SET_DUMPABLE = 4
 _ASSERT_FAILED_EXIT = 101  # mirrored in verifiers/code.py
 _STDERR_KEEP = 4096
@@ -150,6 +151,8 @@ def _child(req, workdir, limits, stdin_fd, out_w, err_w, env):
         os.execve(_which(argv[0], env), argv, env)
     except BaseException:  # noqa: B036 - a forked child must never return into the supervisor
         try:
+            import traceback
+
             os.write(2, ("veristep sandbox: " + traceback.format_exc()).encode("utf-8", "replace"))
         finally:
             os._exit(127)
@@ -184,7 +187,7 @@ def _run_python_main(workdir, filename):
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
         errors="backslashreplace", line_buffering=True)
-    main = types.ModuleType("__main__")
+    main = type(sys)("__main__")
     main.__file__ = path
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
@@ -196,6 +199,8 @@ def _run_python_main(workdir, filename):
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except BaseException as exc:  # noqa: B036 - the program's own uncaught exception
+        import traceback
+
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
         code = 1
     if "threading" in sys.modules:
@@ -325,44 +330,35 @@ def _reap_all():
 
 
 def _clear_folder(folder):
-    """Delete everything inside `folder`, even entries a program made unreadable."""
-    try:
-        entries = os.listdir(folder)
-    except FileNotFoundError:
-        return
-    except PermissionError:
-        os.chmod(folder, 0o700)
-        entries = os.listdir(folder)
-    for name in entries:
-        path = os.path.join(folder, name)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
+    """Delete everything inside `folder`, even entries a program made unreadable or deep."""
+    stack = [(folder, False)]
+    while stack:  # iterative: a program may nest folders deeper than the recursion limit
+        path, emptied = stack.pop()
+        if emptied:
+            if path != folder:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
             continue
-        if stat.S_ISDIR(mode):
-            _make_writable_tree(path)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+        try:
+            os.chmod(path, 0o700)
+        except OSError:
+            pass
+        try:
+            names = os.listdir(path)
+        except OSError:
+            continue
+        stack.append((path, True))
+        for name in names:
+            child = os.path.join(path, name)
             try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
-
-def _make_writable_tree(path):
-    for root, dirs, _files in os.walk(path, onerror=lambda err: None):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o700)
+                if stat.S_ISDIR(os.lstat(child).st_mode):
+                    stack.append((child, False))
+                else:
+                    os.unlink(child)
             except OSError:
                 pass
-    try:
-        os.chmod(path, 0o700)
-        for root, dirs, _files in os.walk(path):
-            for name in dirs:
-                os.chmod(os.path.join(root, name), 0o700)
-    except OSError:
-        pass
 
 
 def _write(path, data, mode):
@@ -393,6 +389,20 @@ def _which(name, env):
     raise FileNotFoundError(errno.ENOENT, "command not found", name)
 
 
+def _read_frame(stream):
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    (size,) = struct.unpack("<I", header)
+    return marshal.loads(stream.read(size))
+
+
+def _write_frame(stream, message):
+    data = marshal.dumps(message)
+    stream.write(struct.pack("<I", len(data)) + data)
+    stream.flush()
+
+
 def main():
     _set_dumpable(False)
     # The supervisor must outlive SIGTERM/SIGINT a program sends it outside a PID namespace.
@@ -402,19 +412,19 @@ def main():
     stdout = sys.stdout.buffer
     supervisor = None
     while True:
-        line = stdin.readline()
-        if not line:
+        req = _read_frame(stdin)
+        if req is None:
             break
-        req = json.loads(line)
         if supervisor is None:
             supervisor = Supervisor(req)
             reply = {"nonce": supervisor.nonce, "ready": True, "python": sys.version.split()[0]}
         else:
             reply = supervisor.step(req)
-        stdout.write(json.dumps(reply).encode("utf-8") + b"\n")
-        stdout.flush()
-    if supervisor is not None:
-        supervisor._reset_filesystem()
+        _write_frame(stdout, reply)
+    # No clean-up on the way out: under bubblewrap the tmpfs and every process die with the
+    # namespaces, and the host removes an rlimits-only folder itself.
+    stdout.flush()
+    os._exit(0)
 
 
 main()

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import enum
 import functools
-import json
+import marshal
 import math
 import os
 import secrets
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -219,6 +220,8 @@ class SandboxSession:
                 proc.stdin.close()
             except OSError:
                 pass
+            # On end of input the supervisor exits at once, and its namespaces (tmpfs and any
+            # process) go with it; waiting for that makes the teardown finished on return.
             try:
                 proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
@@ -252,24 +255,32 @@ class SandboxSession:
     def _request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         if self._proc is None:
             raise SandboxError("the sandbox is not running")
+        data = marshal.dumps(message)
         try:
-            self._proc.stdin.write(json.dumps(message).encode("utf-8") + b"\n")
+            self._proc.stdin.write(struct.pack("<I", len(data)) + data)
             self._proc.stdin.flush()
         except OSError as err:
             self._fail(f"sandbox closed its input ({err})")
-        line = self._read_line(time.monotonic() + timeout)
+        frame = self._read_frame(time.monotonic() + timeout)
         try:
-            reply = json.loads(line)
-        except ValueError:
+            reply = marshal.loads(frame)
+        except (EOFError, ValueError, TypeError):
             self._fail("unreadable supervisor reply")
         if not isinstance(reply, dict) or reply.get("nonce") != self._nonce:
             self._fail("supervisor reply without this session's nonce")
         return reply
 
-    def _read_line(self, deadline: float) -> bytes:
+    def _read_frame(self, deadline: float) -> bytes:
+        """Read one length-prefixed frame from the supervisor's stdout before `deadline`."""
         assert self._proc is not None and self._selector is not None
         fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buffer:
+        size: int | None = None
+        while True:
+            if size is None and len(self._buffer) >= 4:
+                (size,) = struct.unpack("<I", self._buffer[:4])
+            if size is not None and len(self._buffer) >= 4 + size:
+                frame, self._buffer = self._buffer[4 : 4 + size], self._buffer[4 + size :]
+                return frame
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._fail("sandbox did not answer in time")
@@ -279,8 +290,6 @@ class SandboxSession:
             if not chunk:
                 self._fail("sandbox exited")
             self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
 
     def _fail(self, why: str) -> None:
         proc = self._proc

@@ -53,9 +53,13 @@ class Supervisor:
         self.counter = 0
         self.is_pid1 = os.getpid() == 1
 
+    def ready(self):
+        return {"nonce": self.nonce, "ready": True, "python": sys.version.split()[0]}
+
     # ---- steps -------------------------------------------------------------------------
     def step(self, req):
         self._reset_filesystem()
+        os.makedirs(self.workroot, exist_ok=True)
         self.counter += 1
         workdir = os.path.join(self.workroot, f"s{self.counter}")
         os.mkdir(workdir, 0o700)
@@ -389,6 +393,122 @@ def _which(name, env):
     raise FileNotFoundError(errno.ENOENT, "command not found", name)
 
 
+# ---- namespaces level: build the sandbox root ourselves ---------------------------------------
+# Under `unshare --user --map-root-user --mount --pid ...` the supervisor starts as root of a
+# fresh user namespace. It builds a root like bubblewrap's (read-only /usr, tmpfs elsewhere),
+# pivots into it, then moves into a nested user namespace as uid 65534 and re-executes
+# itself, which drops every capability before any program runs.
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+_MNT_DETACH = 2
+_CLONE_NEWUSER = 0x10000000
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+_OPTION_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
+                 "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME,
+                 "relatime": _MS_RELATIME, "strictatime": _MS_STRICTATIME}
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    enc = lambda v: None if v is None else v.encode()  # noqa: E731
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {target}")
+
+
+def _mount_flags(target):
+    """Flags a read-only remount of `target` must keep (the kernel locks inherited ones)."""
+    flags = 0
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[4] == target:
+                flags = 0
+                for option in fields[5].split(","):
+                    flags |= _OPTION_FLAGS.get(option, 0)
+    return flags
+
+
+def _bind(source, target, is_dir, readonly=True):
+    if is_dir:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(source, target, None, _MS_BIND | _MS_REC)
+    if readonly:
+        _mount(None, target, None,
+               _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _mount_flags(target))
+
+
+def _confine(spec):
+    new = "/tmp"  # any existing folder serves as the mount point of the new root
+    size = f"size={spec['tmpfs_bytes']}"
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount("tmpfs", new, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    _bind("/usr", new + "/usr", True)
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            os.symlink(os.readlink(top), new + top)
+        elif os.path.isdir(top):
+            _bind(top, new + top, True)
+    for path in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"):
+        if os.path.exists(path):
+            _bind(path, new + path, os.path.isdir(path))
+    if spec.get("python_prefix"):
+        _bind(spec["python_prefix"], new + spec["python_prefix"], True)
+    os.mkdir(new + "/proc")
+    _mount("proc", new + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    os.mkdir(new + "/dev")
+    _mount("tmpfs", new + "/dev", "tmpfs", _MS_NOSUID, "mode=0755")
+    for node in ("null", "zero", "full", "random", "urandom", "tty"):
+        _bind("/dev/" + node, new + "/dev/" + node, False, readonly=False)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, new + "/dev/" + link)
+    for folder in (spec["workroot"], "/tmp", "/dev/shm"):
+        os.makedirs(new + folder, exist_ok=True)
+        _mount("tmpfs", new + folder, "tmpfs", _MS_NOSUID | _MS_NODEV, size + ",mode=0700")
+    os.mkdir(new + "/oldroot")
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown machine {os.uname().machine}")
+    _check(_libc.syscall(number, new.encode(), (new + "/oldroot").encode()), "pivot_root")
+    os.chdir("/")
+    _check(_libc.umount2(b"/oldroot", _MNT_DETACH), "umount old root")
+    os.rmdir("/oldroot")
+    for target in ("/dev", "/"):
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target))
+    try:  # one nested namespace (ours, below) and no more: programs cannot create their own
+        with open("/proc/sys/user/max_user_namespaces", "w") as fh:
+            fh.write("1")
+    except OSError:
+        pass
+    _check(_libc.unshare(_CLONE_NEWUSER), "unshare user namespace")
+    for name, text in (("setgroups", "deny"), ("uid_map", "65534 0 1"), ("gid_map", "65534 0 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+
+
+def _confine_and_reexec(init):
+    """Confine, then exec this supervisor again as uid 65534 with `init` on its command line."""
+    spec = init.pop("confine")
+    try:
+        _confine(spec)
+    except OSError as err:
+        _write_frame(sys.stdout.buffer, {"nonce": init["nonce"], "error": f"confine: {err}"})
+        os._exit(1)
+    with open("/proc/self/cmdline", "rb") as fh:
+        argv = [a.decode() for a in fh.read().split(b"\0")[:-1]]
+    os.chdir(init["workroot"])
+    os.execv(argv[0], argv + [marshal.dumps(init).hex()])
+
+
 def _read_frame(stream):
     header = stream.read(4)
     if len(header) < 4:
@@ -411,13 +531,18 @@ def main():
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     supervisor = None
+    if len(sys.argv) > 1:  # re-executed after confinement, with the init frame as argument
+        supervisor = Supervisor(marshal.loads(bytes.fromhex(sys.argv[1])))
+        _write_frame(stdout, supervisor.ready())
     while True:
         req = _read_frame(stdin)
         if req is None:
             break
         if supervisor is None:
+            if "confine" in req:
+                _confine_and_reexec(req)  # never returns
             supervisor = Supervisor(req)
-            reply = {"nonce": supervisor.nonce, "ready": True, "python": sys.version.split()[0]}
+            reply = supervisor.ready()
         else:
             reply = supervisor.step(req)
         _write_frame(stdout, reply)

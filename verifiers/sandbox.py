@@ -11,14 +11,15 @@ Isolation levels, strongest first:
 - ``bwrap``: bubblewrap with new user, PID, network, IPC, UTS and cgroup namespaces; only
   /usr (and the interpreter's prefix) bound read-only; tmpfs for the working folder, /tmp and
   /dev/shm with a size cap; a read-only root; no environment from the caller; the program runs
-  as uid 65534 without capabilities (as host uid 65534 too when the caller is root) and dies
-  with its parent.
+  as uid 65534 without capabilities (as host uid 65534 too when the caller is root), cannot
+  create further user namespaces, and dies with its parent.
+- ``namespaces``: the same layout without bubblewrap: util-linux ``unshare`` creates the
+  namespaces and the supervisor builds the root itself (bind mounts, tmpfs, pivot_root), then
+  drops to uid 65534 in a nested user namespace. Needs unprivileged user namespaces.
 - ``rlimits-only``: resource limits, a private working folder, a clean environment, a
   dropped uid when the caller is root, and process-group kill. It is no security boundary:
-  the program sees the host's files and network. Used only with ``allow_unsandboxed=True``.
-
-The ``namespaces`` level name is reserved for a namespace sandbox without bubblewrap; this
-module does not provide one yet, so `Isolation.NAMESPACES` is rejected as a request.
+  the program sees the host's files, processes and network. Used only with
+  ``allow_unsandboxed=True``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ SANDBOX_GID = 65534
 BWRAP_WORKDIR = "/sandbox"
 
 _SUPERVISOR_SOURCE = (Path(__file__).with_name("_supervisor.py")).read_text(encoding="utf-8")
+# util-linux unshare: the supervisor starts as root of new user, mount, PID, network, IPC and
+# UTS namespaces, builds its root and drops to uid 65534 itself (see _supervisor._confine).
+_UNSHARE = [
+    "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--pid",
+    "--fork", "--kill-child", "--net", "--ipc", "--uts", "--",
+]  # fmt: skip
 # Host-side slack on top of a step's own wall limit before the whole sandbox counts as hung.
 _HOST_SLACK_S = 10.0
 _START_TIMEOUT_S = 20.0
@@ -268,6 +275,8 @@ class SandboxSession:
             self._fail("unreadable supervisor reply")
         if not isinstance(reply, dict) or reply.get("nonce") != self._nonce:
             self._fail("supervisor reply without this session's nonce")
+        if "error" in reply:
+            self._fail(str(reply["error"]))
         return reply
 
     def _read_frame(self, deadline: float) -> bytes:
@@ -325,19 +334,13 @@ class Sandbox:
         self.tmpfs_mb = int(tmpfs_mb)
         self.allow_unsandboxed = allow_unsandboxed
         requested = Isolation(isolation) if isolation is not None else None
-        if requested is Isolation.NAMESPACES:
-            raise SandboxUnavailable(
-                "isolation='namespaces' is not implemented; install bubblewrap for 'bwrap' "
-                "(apt-get install bubblewrap) or pass isolation='rlimits-only' with "
-                "allow_unsandboxed=True"
-            )
         if requested is Isolation.RLIMITS_ONLY and not allow_unsandboxed:
             raise SandboxUnavailable(
                 "isolation='rlimits-only' runs untrusted code without namespace isolation; "
                 "pass allow_unsandboxed=True to accept that"
             )
         candidates = [python] if python else _python_candidates()
-        levels = [requested] if requested else [Isolation.BWRAP, Isolation.RLIMITS_ONLY]
+        levels = [requested] if requested else list(Isolation)
         failures: list[str] = []
         for level in levels:
             if level is Isolation.RLIMITS_ONLY and not allow_unsandboxed:
@@ -383,10 +386,19 @@ def _launch_plan(
     level: Isolation, python: str, drop: bool, tmpfs_mb: int, session: SandboxSession | None
 ) -> tuple[list[str], str | None, dict[str, Any]]:
     supervisor = [python, "-I", "-S", "-c", _SUPERVISOR_SOURCE]
-    if level is Isolation.BWRAP:
+    if level is Isolation.BWRAP or level is Isolation.NAMESPACES:
         env = dict(_ENV, HOME=BWRAP_WORKDIR, TMPDIR="/tmp")
-        init = {"workroot": BWRAP_WORKDIR, "scratch": ["/tmp", "/dev/shm"], "env": env}
-        return _bwrap_argv(python, drop, tmpfs_mb, env) + supervisor, None, init
+        init: dict[str, Any] = {
+            "workroot": BWRAP_WORKDIR, "scratch": ["/tmp", "/dev/shm"], "env": env
+        }
+        if level is Isolation.BWRAP:
+            return _bwrap_argv(python, drop, tmpfs_mb, env) + supervisor, None, init
+        init["confine"] = {
+            "workroot": BWRAP_WORKDIR,
+            "tmpfs_bytes": tmpfs_mb * 1024 * 1024,
+            "python_prefix": _interpreter_prefix(python),
+        }
+        return _UNSHARE + supervisor, "/", init
     hostdir = tempfile.mkdtemp(prefix="veristep-sandbox-")
     work, tmp = os.path.join(hostdir, "work"), os.path.join(hostdir, "tmp")
     for folder in (work, tmp):
@@ -476,8 +488,9 @@ def _drop_choices() -> list[bool]:
 @functools.cache
 def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | None:
     """Start a sandbox and run a tiny program; return why it failed, or None if it works."""
-    if level is Isolation.BWRAP and shutil.which("bwrap") is None:
-        return "bwrap not found on PATH"
+    tool = {Isolation.BWRAP: "bwrap", Isolation.NAMESPACES: "unshare"}.get(level)
+    if tool is not None and shutil.which(tool) is None:
+        return f"{tool} not found on PATH"
     sandbox = object.__new__(Sandbox)
     sandbox.isolation, sandbox.python, sandbox._drop, sandbox.tmpfs_mb = level, python, drop, tmpfs_mb
     sandbox.allow_unsandboxed = True

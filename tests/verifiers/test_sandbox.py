@@ -32,8 +32,6 @@ def test_unsandboxed_execution_needs_an_explicit_opt_in():
         Sandbox("rlimits-only")
     with pytest.raises(SandboxUnavailable, match="allow_unsandboxed=True"):
         CodeVerifier(isolation="rlimits-only")
-    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
-        Sandbox("namespaces")
     with pytest.raises(ValueError):
         Sandbox("chroot")
 
@@ -50,6 +48,41 @@ def test_rlimits_only_runs_with_opt_in_and_reports_it():
     assert int(uid) != 0  # root callers drop to uid 65534
     assert cwd.startswith(hostdir) and "SECRET" not in env and "PYTHONPATH" not in env
     assert not os.path.exists(hostdir)  # the private folder is removed on close
+
+
+def test_namespaces_level_without_bubblewrap():
+    try:
+        sandbox = Sandbox("namespaces")
+    except SandboxUnavailable as err:
+        pytest.skip(f"unprivileged user namespaces unavailable: {err}")
+    probe = (
+        "import os, socket\n"
+        "checks = [os.getuid() == 65534, not os.path.exists('/root'), not os.listdir('/tmp')]\n"
+        "for path in ('/x', '/usr/x'):\n"
+        "    try:\n"
+        "        open(path, 'w')\n"
+        "        checks.append(False)\n"
+        "    except OSError:\n"
+        "        checks.append(True)\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', int(input())), timeout=0.5)\n"
+        "    checks.append(False)\n"
+        "except OSError:\n"
+        "    checks.append(True)\n"
+        "with open('/proc/self/status') as fh:\n"
+        "    checks.append(all(int(l.split()[1], 16) == 0 for l in fh if l.startswith('CapEff')))\n"
+        "print(checks, len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
+    )
+    server = __import__("socket").create_server(("127.0.0.1", 0))
+    try:
+        with sandbox.session() as session:
+            step = session.run({"main.py": probe}, Limits(wall_s=5), python_main="main.py",
+                               stdin=str(server.getsockname()[1]))
+    finally:
+        server.close()
+    assert step.ok, step.stderr
+    checks, processes = step.stdout.rsplit(" ", 1)
+    assert checks == str([True] * 7) and int(processes) == 2  # the supervisor and the program
 
 
 def test_auto_detection_picks_bubblewrap(code_verifier):

@@ -258,14 +258,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="share of programs that loop forever in the mixed set")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--isolation", choices=["bwrap", "namespaces", "rlimits-only"],
+                        help="isolation level for veristep (default: the best available)")
     parser.add_argument("--allow-unsandboxed", action="store_true",
-                        help="benchmark rlimits-only isolation if bubblewrap is unavailable")
+                        help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).with_name("code_verify_bench.json"))
     args = parser.parse_args(argv)
 
     verifier = CodeVerifier(workers=args.workers, timeout=args.timeout,
-                            allow_unsandboxed=args.allow_unsandboxed)
+                            isolation=args.isolation, allow_unsandboxed=args.allow_unsandboxed)
     sets = {
         "mixed": generate_programs(args.programs, args.tests, args.timeout_share, args.seed),
         "no-timeouts": generate_programs(args.programs, args.tests, 0.0, args.seed),

@@ -143,7 +143,9 @@ def _child(req, workdir, limits, stdin_fd, out_w, err_w, env):
         os.dup2(err_w, 2)
         os.closerange(3, 65536)
         os.chdir(workdir)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT):
+        # Ignored signals stay ignored across exec: give the program default dispositions.
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT,
+                    signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _set_limits(limits)
         _set_dumpable(True)
@@ -180,6 +182,10 @@ def _set_limits(limits):
 def _run_python_main(workdir, filename):
     """Run `filename` as `__main__` in this forked interpreter, then exit like python would."""
     path = os.path.join(workdir, filename)
+    # What a fresh interpreter sets up at start: EPIPE/EFBIG as exceptions, Ctrl-C as one.
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [path]
     sys.path[:] = [p for p in sys.path if p]
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(

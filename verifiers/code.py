@@ -27,6 +27,7 @@ ASSERT_FAILED_EXIT = 101
 _MEMORY_MARKERS = re.compile(
     r"^MemoryError\b|std::bad_alloc|Cannot allocate memory|out of memory", re.MULTILINE
 )
+_FILE_TOO_LARGE = re.compile(r"File too large|\[Errno 27\]")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
 _FENCE_OPEN = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
 
@@ -161,7 +162,7 @@ class CodeVerifier:
         compile_memory_mb: int = 2048,
         max_processes: int = 64,
         max_file_mb: int = 16,
-        output_limit_bytes: int = 1 << 20,
+        output_limit_bytes: int = 8 << 20,
         float_tolerance: float | None = None,
         stop_on_first_failure: bool | None = None,
         stderr_chars: int = 1000,
@@ -482,7 +483,7 @@ def classify_step(result: StepResult) -> tuple[Status, str]:
         return Status.TIMEOUT, "wall-clock limit exceeded"
     if result.signal == signal.SIGXCPU:
         return Status.TIMEOUT, "CPU-time limit exceeded"
-    if result.signal == signal.SIGXFSZ:
+    if result.signal == signal.SIGXFSZ or _FILE_TOO_LARGE.search(result.stderr):
         return Status.OUTPUT_LIMIT, "file-size limit exceeded"
     if _MEMORY_MARKERS.search(result.stderr):
         return Status.MEMORY_LIMIT, "memory limit exceeded"

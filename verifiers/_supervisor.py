@@ -402,13 +402,15 @@ def _which(name, env):
 # ---- namespaces level: build the sandbox root ourselves ---------------------------------------
 # Under `unshare --user --map-root-user --mount --pid ...` the supervisor starts as root of a
 # fresh user namespace. It builds a root like bubblewrap's (read-only /usr, tmpfs elsewhere),
-# pivots into it, then moves into a nested user namespace as uid 65534 and re-executes
-# itself, which drops every capability before any program runs.
+# pivots into it, moves into a nested user namespace as uid 65534 and drops every capability
+# before any program runs.
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
 _MNT_DETACH = 2
 _CLONE_NEWUSER = 0x10000000
+_PR_CAPBSET_DROP = 24
+_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 _OPTION_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
                  "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME,
@@ -501,18 +503,24 @@ def _confine(spec):
             fh.write(text)
 
 
-def _confine_and_reexec(init):
-    """Confine, then exec this supervisor again as uid 65534 with `init` on its command line."""
-    spec = init.pop("confine")
+def _drop_capabilities():
+    for cap in range(64):  # empty the bounding set, then every capability set
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
+
+
+def _confine_in_place(spec):
+    """Confine this supervisor (namespaces level); on failure reply with the error and exit."""
     try:
         _confine(spec)
+        _drop_capabilities()
+        os.chdir(spec["workroot"])
     except OSError as err:
-        _write_frame(sys.stdout.buffer, {"nonce": init["nonce"], "error": f"confine: {err}"})
-        os._exit(1)
-    with open("/proc/self/cmdline", "rb") as fh:
-        argv = [a.decode() for a in fh.read().split(b"\0")[:-1]]
-    os.chdir(init["workroot"])
-    os.execv(argv[0], argv + [marshal.dumps(init).hex()])
+        return f"confine: {err}"
+    _set_dumpable(False)  # changing credentials may have reset it
+    return None
 
 
 def _read_frame(stream):
@@ -537,16 +545,15 @@ def main():
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     supervisor = None
-    if len(sys.argv) > 1:  # re-executed after confinement, with the init frame as argument
-        supervisor = Supervisor(marshal.loads(bytes.fromhex(sys.argv[1])))
-        _write_frame(stdout, supervisor.ready())
     while True:
         req = _read_frame(stdin)
         if req is None:
             break
         if supervisor is None:
-            if "confine" in req:
-                _confine_and_reexec(req)  # never returns
+            error = _confine_in_place(req["confine"]) if "confine" in req else None
+            if error is not None:
+                _write_frame(stdout, {"nonce": req["nonce"], "error": error})
+                break
             supervisor = Supervisor(req)
             reply = supervisor.ready()
         else:

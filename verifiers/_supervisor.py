@@ -66,7 +66,7 @@ class Supervisor:
         for name, data in self.artifacts.items():
             _write(os.path.join(workdir, name), data, 0o700)
         for name, text in req.get("files", {}).items():
-            _write(os.path.join(workdir, name), text.encode("utf-8"), 0o600)
+            _write(os.path.join(workdir, name), text.encode("utf-8", "surrogatepass"), 0o600)
         reply = self._run(req, workdir)
         if req.get("op") == "compile" and reply["exit_code"] == 0 and not reply["timed_out"]:
             for name in req.get("keep", []):
@@ -81,7 +81,7 @@ class Supervisor:
     def _run(self, req, workdir):
         limits = req["limits"]
         stdin_fd = os.memfd_create("stdin") if hasattr(os, "memfd_create") else _tmp_stdin()
-        os.write(stdin_fd, req.get("stdin", "").encode("utf-8"))
+        os.write(stdin_fd, req.get("stdin", "").encode("utf-8", "surrogatepass"))
         os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

@@ -45,8 +45,8 @@ from typing import Any
 #: Unprivileged uid/gid the program runs as (the traditional "nobody").
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
-#: Working folder inside a bubblewrap sandbox.
-BWRAP_WORKDIR = "/sandbox"
+#: Working folder inside a bwrap or namespaces sandbox.
+SANDBOX_WORKDIR = "/sandbox"
 
 _SUPERVISOR_SOURCE = (Path(__file__).with_name("_supervisor.py")).read_text(encoding="utf-8")
 # util-linux unshare: the supervisor starts as root of new user, mount, PID, network, IPC and
@@ -363,14 +363,17 @@ class Sandbox:
             "to accept rlimits-only execution. Tried:\n  " + "\n  ".join(failures)
         )
 
+    @classmethod
+    def _configured(cls, level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> Sandbox:
+        """A sandbox with its settings given, not probed (what the probe itself starts)."""
+        sandbox = cls.__new__(cls)
+        sandbox.isolation, sandbox.python, sandbox._drop = level, python, drop
+        sandbox.tmpfs_mb, sandbox.allow_unsandboxed = tmpfs_mb, True
+        return sandbox
+
     def session(self) -> SandboxSession:
         """Return a new, not yet started, session (use it as a context manager)."""
         return SandboxSession(self)
-
-    @property
-    def workdir(self) -> str:
-        """Absolute path of the working folder as the program sees it (for a host run, None)."""
-        return BWRAP_WORKDIR if self.isolation is Isolation.BWRAP else "."
 
     # ---- launch plans ----------------------------------------------------------------------
     def _popen_identity(self) -> dict[str, Any]:
@@ -387,14 +390,14 @@ def _launch_plan(
 ) -> tuple[list[str], str | None, dict[str, Any]]:
     supervisor = [python, "-I", "-S", "-c", _SUPERVISOR_SOURCE]
     if level is Isolation.BWRAP or level is Isolation.NAMESPACES:
-        env = dict(_ENV, HOME=BWRAP_WORKDIR, TMPDIR="/tmp")
+        env = dict(_ENV, HOME=SANDBOX_WORKDIR, TMPDIR="/tmp")
         init: dict[str, Any] = {
-            "workroot": BWRAP_WORKDIR, "scratch": ["/tmp", "/dev/shm"], "env": env
+            "workroot": SANDBOX_WORKDIR, "scratch": ["/tmp", "/dev/shm"], "env": env
         }
         if level is Isolation.BWRAP:
             return _bwrap_argv(python, drop, tmpfs_mb, env) + supervisor, None, init
         init["confine"] = {
-            "workroot": BWRAP_WORKDIR,
+            "workroot": SANDBOX_WORKDIR,
             "tmpfs_bytes": tmpfs_mb * 1024 * 1024,
             "python_prefix": _interpreter_prefix(python),
         }
@@ -432,13 +435,13 @@ def _bwrap_argv(python: str, drop: bool, tmpfs_mb: int, env: dict[str, str]) -> 
     if prefix is not None:
         argv += ["--ro-bind", prefix, prefix]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    for folder in (BWRAP_WORKDIR, "/tmp", "/dev/shm"):
+    for folder in (SANDBOX_WORKDIR, "/tmp", "/dev/shm"):
         argv += [*size, "--tmpfs", folder]
     if "--disable-userns" in features:
         argv += ["--disable-userns"]
     if not drop:
         argv += ["--cap-drop", "ALL"]
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", BWRAP_WORKDIR, "--clearenv"]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR, "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return argv
@@ -491,9 +494,7 @@ def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | No
     tool = {Isolation.BWRAP: "bwrap", Isolation.NAMESPACES: "unshare"}.get(level)
     if tool is not None and shutil.which(tool) is None:
         return f"{tool} not found on PATH"
-    sandbox = object.__new__(Sandbox)
-    sandbox.isolation, sandbox.python, sandbox._drop, sandbox.tmpfs_mb = level, python, drop, tmpfs_mb
-    sandbox.allow_unsandboxed = True
+    sandbox = Sandbox._configured(level, python, drop, tmpfs_mb)
     probe = "import os\nprint('ok', os.getuid())\n"
     try:
         with sandbox.session() as session:

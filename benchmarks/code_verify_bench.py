@@ -3,7 +3,7 @@
 The same generated Python programs (correct, wrong, crashing, timing out) and stdin/stdout
 tests run three ways, each with the same number of parallel workers:
 
-  (a) subprocess: `subprocess.run([python, "-I", "-S", file])` per test, no isolation;
+  (a) subprocess: `subprocess.run([python, "-I", file])` per test, no isolation;
   (b) exec:       `exec` in a worker process per program with redirected stdio and an alarm,
                   as most open graders do (no isolation at all, not even a process per test);
   (c) veristep:   `CodeVerifier.verify_batch` (one sandbox per program, one fresh process
@@ -159,7 +159,7 @@ def _subprocess_program(args: tuple[Program, str, float]) -> int:
         Path(path).write_text(program.code)
         for stdin, expected in program.tests:
             try:
-                done = subprocess.run([python, "-I", "-S", path], input=stdin, cwd=folder,
+                done = subprocess.run([python, "-I", path], input=stdin, cwd=folder,
                                       capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
                 continue

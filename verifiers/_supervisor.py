@@ -1,7 +1,7 @@
 """In-sandbox supervisor: runs each compile or test step of one completion in a fresh process.
 
 This file is not imported by veristep. Its source is passed to the sandbox interpreter with
-`python -I -S -c`, so it must use the standard library only and run on any Python >= 3.8.
+`python -I -c`, so it must use the standard library only and run on any Python >= 3.8.
 
 Protocol: length-prefixed marshal frames (4-byte little-endian size, then the dict), one
 request in and one reply out per step, every reply stamped with the nonce of the first

@@ -98,7 +98,7 @@ LANGUAGES: dict[str, Language] = {
         name="python",
         source_name="main.py",
         fence_tags=("python", "py", "python3"),
-        run=("{python}", "-I", "-S", "main.py"),
+        run=("{python}", "-I", "main.py"),
         fork_python=True,
         assert_driver=_python_assert_driver,
     ),

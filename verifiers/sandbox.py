@@ -388,7 +388,8 @@ class Sandbox:
 def _launch_plan(
     level: Isolation, python: str, drop: bool, tmpfs_mb: int, session: SandboxSession | None
 ) -> tuple[list[str], str | None, dict[str, Any]]:
-    supervisor = [python, "-I", "-S", "-c", _SUPERVISOR_SOURCE]
+    # No -S: programs expect what `site` provides (exit(), quit(), dist-packages).
+    supervisor = [python, "-I", "-c", _SUPERVISOR_SOURCE]
     if level is Isolation.BWRAP or level is Isolation.NAMESPACES:
         env = dict(_ENV, HOME=SANDBOX_WORKDIR, TMPDIR="/tmp")
         init: dict[str, Any] = {

@@ -307,3 +307,9 @@ def test_sample_jsonl_lines_verify_as_labelled(code_verifier, test_data_dir):
     results = code_verifier.verify_batch([r["completion"] for r in records], references)
     for record, result in zip(records, results, strict=True):
         assert result.status.value == record["expected_status"], (record, result.detail)
+
+
+def test_site_builtins_exist_like_in_a_plain_interpreter(code_verifier):
+    # exit() and quit() come from the `site` module; competitive solutions call them.
+    code = "a, b = map(int, input().split())\nprint(a + b)\nexit(0)\nprint('unreachable')\n"
+    assert code_verifier.verify(code, _ref()).correct

@@ -216,35 +216,45 @@ class Row:
 
 
 def run_methods(programs: list[Program], workers: int, timeout: float,
-                verifier: CodeVerifier) -> list[Row]:
-    """Time the three methods on `programs`; returns one row per method."""
+                verifier: CodeVerifier, rounds: int) -> list[Row]:
+    """Time the three methods on `programs`; returns one row per method.
+
+    The programs are cut into `rounds` slices and the methods take turns on each slice, in a
+    rotating order, so that load changes on a shared machine hit every method alike.
+    """
     n_tests = sum(len(p.tests) for p in programs)
-    results: list[tuple[str, str, float, int]] = []
+    python = verifier.sandbox.python
+    seconds = {"subprocess": 0.0, "exec": 0.0, "veristep": 0.0}
+    passed = dict.fromkeys(seconds, 0)
+    with ThreadPoolExecutor(workers) as threads, ProcessPoolExecutor(workers) as processes:
+        list(processes.map(_exec_program, [(programs[0], timeout)] * workers))  # warm up
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(workers) as pool:
-        passed = sum(pool.map(_subprocess_program,
-                              [(p, verifier.sandbox.python, timeout) for p in programs]))
-    results.append(("subprocess", "none", time.perf_counter() - t0, passed))
+        def by_subprocess(chunk: list[Program]) -> int:
+            return sum(threads.map(_subprocess_program, [(p, python, timeout) for p in chunk]))
 
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(workers) as pool:
-        passed = sum(pool.map(_exec_program, [(p, timeout) for p in programs], chunksize=4))
-    results.append(("exec", "none", time.perf_counter() - t0, passed))
+        def by_exec(chunk: list[Program]) -> int:
+            return sum(processes.map(_exec_program, [(p, timeout) for p in chunk]))
 
-    t0 = time.perf_counter()
-    verdicts = verifier.verify_batch(
-        [p.code for p in programs],
-        [{"tests": [{"stdin": i, "stdout": o} for i, o in p.tests]} for p in programs],
-    )
-    passed = sum(v.extra["passed"] for v in verdicts)
-    results.append(("veristep", verifier.isolation.value, time.perf_counter() - t0, passed))
+        def by_veristep(chunk: list[Program]) -> int:
+            verdicts = verifier.verify_batch(
+                [p.code for p in chunk],
+                [{"tests": [{"stdin": i, "stdout": o} for i, o in p.tests]} for p in chunk],
+            )
+            return sum(v.extra["passed"] for v in verdicts)
 
-    base = results[0][2]
+        methods = [("subprocess", by_subprocess), ("exec", by_exec), ("veristep", by_veristep)]
+        for r in range(rounds):
+            chunk = programs[r::rounds]
+            for name, run in methods[r % 3:] + methods[: r % 3]:
+                t0 = time.perf_counter()
+                passed[name] += run(chunk)
+                seconds[name] += time.perf_counter() - t0
+    base = seconds["subprocess"]
+    isolation = {"subprocess": "none", "exec": "none", "veristep": verifier.isolation.value}
     return [
-        Row(method, isolation, round(seconds, 3), round(len(programs) / seconds, 1),
-            round(n_tests / seconds, 1), round(base / seconds, 2), passed)
-        for method, isolation, seconds, passed in results
+        Row(name, isolation[name], round(sec, 3), round(len(programs) / sec, 1),
+            round(n_tests / sec, 1), round(base / sec, 2), passed[name])
+        for name, sec in seconds.items()
     ]
 
 
@@ -258,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="share of programs that loop forever in the mixed set")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="slices the methods take turns on (evens out machine load)")
     parser.add_argument("--isolation", choices=["bwrap", "namespaces", "rlimits-only"],
                         help="isolation level for veristep (default: the best available)")
     parser.add_argument("--allow-unsandboxed", action="store_true",
@@ -280,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, programs in sets.items():
         kinds = {k: sum(p.kind == k for p in programs) for k in
                  ("correct", "wrong", "crash", "timeout")}
-        rows = run_methods(programs, args.workers, args.timeout, verifier)
+        rows = run_methods(programs, args.workers, args.timeout, verifier, args.rounds)
         report["sets"][name] = {"programs": len(programs), "kinds": kinds,
                                 "rows": [asdict(r) for r in rows]}
         for r in rows:

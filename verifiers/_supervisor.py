@@ -5,11 +5,13 @@ This file is not imported by veristep. Its source is passed to the sandbox inter
 
 Protocol: length-prefixed marshal frames (4-byte little-endian size, then the dict), one
 request in and one reply out per step, every reply stamped with the nonce of the first
-request. Expected outputs never enter the sandbox; the
-host compares. Under bubblewrap the supervisor is PID 1 of its namespace, so the program can
-neither kill it nor reach its pipes (it is made non-dumpable), and `kill(-1)` after each step
-removes every process the program left behind. Before each step the scratch folders are
-wiped and the program's files rewritten, so no step sees what an earlier step left.
+request. Expected outputs never enter the sandbox; the host compares.
+
+Under the bwrap and namespaces levels the supervisor is PID 1 of its PID namespace, so the
+program cannot kill it, cannot reach its pipes or memory (it is made non-dumpable), and
+`kill(-1)` after each step removes every process the program left behind. Before each step
+the scratch folders are wiped and the program's files rewritten, so no step sees what an
+earlier step left.
 """
 
 import builtins

@@ -135,6 +135,8 @@ class Supervisor:
     def _reset_filesystem(self):
         for folder in self.scratch + [self.workroot]:
             _clear_folder(folder)
+        if self.is_pid1:  # these namespaces are ours alone; outside them they are the host's
+            _clear_kernel_objects()
 
 
 def _child(req, workdir, limits, stdin_fd, out_w, err_w, env):
@@ -341,6 +343,37 @@ def _reap_all():
             return
 
 
+# Kernel objects that outlive a process inside the sandbox's namespaces: System V IPC and
+# keyrings (POSIX message queues live in /dev/mqueue, a scratch folder).
+_IPC_RMID = 0
+_KEYCTL_CLEAR = 7
+_KEY_SPEC_SESSION, _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -3, -4, -5
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
+
+
+def _clear_kernel_objects():
+    if _libc is None:
+        return
+    for kind, remove in (
+        ("shm", lambda ident: _libc.shmctl(ident, _IPC_RMID, None)),
+        ("sem", lambda ident: _libc.semctl(ident, 0, _IPC_RMID, 0)),
+        ("msg", lambda ident: _libc.msgctl(ident, _IPC_RMID, None)),
+    ):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))
+    keyctl = _SYS_KEYCTL.get(os.uname().machine)
+    if keyctl is not None:
+        for keyring in (_KEY_SPEC_SESSION, _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION):
+            _libc.syscall(keyctl, _KEYCTL_CLEAR, keyring, 0, 0, 0)
+
+
 def _clear_folder(folder):
     """Delete everything inside `folder`, even entries a program made unreadable or deep."""
     stack = [(folder, False)]
@@ -478,6 +511,8 @@ def _confine(spec):
     _mount("tmpfs", new + "/dev", "tmpfs", _MS_NOSUID, "mode=0755")
     for node in ("null", "zero", "full", "random", "urandom", "tty"):
         _bind("/dev/" + node, new + "/dev/" + node, False, readonly=False)
+    os.mkdir(new + "/dev/mqueue")
+    _mount("mqueue", new + "/dev/mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, new + "/dev/" + link)

@@ -393,7 +393,9 @@ def _launch_plan(
     if level is Isolation.BWRAP or level is Isolation.NAMESPACES:
         env = dict(_ENV, HOME=SANDBOX_WORKDIR, TMPDIR="/tmp")
         init: dict[str, Any] = {
-            "workroot": SANDBOX_WORKDIR, "scratch": ["/tmp", "/dev/shm"], "env": env
+            "workroot": SANDBOX_WORKDIR,
+            "scratch": ["/tmp", "/dev/shm", "/dev/mqueue"],
+            "env": env,
         }
         if level is Isolation.BWRAP:
             return _bwrap_argv(python, drop, tmpfs_mb, env) + supervisor, None, init
@@ -435,7 +437,7 @@ def _bwrap_argv(python: str, drop: bool, tmpfs_mb: int, env: dict[str, str]) -> 
     prefix = _interpreter_prefix(python)
     if prefix is not None:
         argv += ["--ro-bind", prefix, prefix]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     for folder in (SANDBOX_WORKDIR, "/tmp", "/dev/shm"):
         argv += [*size, "--tmpfs", folder]
     if "--disable-userns" in features:

@@ -432,3 +432,35 @@ def _host_address() -> str:
         return ""
     finally:
         probe.close()
+
+
+def test_kernel_objects_do_not_outlive_a_test(attack):
+    # Test 1 leaves a System V shared-memory segment, a message queue and a key in the
+    # session and user keyrings; test 2 would read any of them back.
+    code = r"""
+        import ctypes, os, platform
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        first = input().strip() == "1"
+        found = []
+        shmid = libc.shmget(4242, 4096, (0o1000 if first else 0) | 0o600)
+        if shmid >= 0:
+            addr = libc.shmat(shmid, None, 0)
+            if first:
+                ctypes.memmove(addr, b"LEAK", 4)
+            elif ctypes.string_at(addr, 4) == b"LEAK":
+                found.append("shm")
+        rt = ctypes.CDLL("librt.so.1", use_errno=True)
+        mq = rt.mq_open(b"/veristep", os.O_RDWR | (os.O_CREAT if first else 0), 0o600, None)
+        if mq >= 0 and not first:
+            found.append("mqueue")
+        add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+        for ring in (-3, -4, -5):
+            if first:
+                libc.syscall(add_key, b"user", b"veristep", b"LEAK", 4, ring)
+            elif libc.syscall(keyctl, 10, ring, b"user", b"veristep", 0) > 0:
+                found.append(f"key {ring}")
+        print("first" if first else ("LEAK" if found else "clean"))
+    """
+    result = attack(code, [{"stdin": "1", "stdout": "first"}, *_leak_test("2")])
+    assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong_answer"

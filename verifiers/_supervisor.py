@@ -58,6 +58,12 @@ class Supervisor:
     def ready(self):
         return {"nonce": self.nonce, "ready": True, "python": sys.version.split()[0]}
 
+    def reset(self):
+        """Forget compile outputs and wipe everything: the next step starts a new completion."""
+        self.artifacts = {}
+        self._reset_filesystem()
+        return {"nonce": self.nonce, "reset": True}
+
     # ---- steps -------------------------------------------------------------------------
     def step(self, req):
         self._reset_filesystem()
@@ -594,7 +600,7 @@ def main():
             supervisor = Supervisor(req)
             reply = supervisor.ready()
         else:
-            reply = supervisor.step(req)
+            reply = supervisor.reset() if req.get("op") == "reset" else supervisor.step(req)
         _write_frame(stdout, reply)
     # No clean-up on the way out: under bubblewrap the tmpfs and every process die with the
     # namespaces, and the host removes an rlimits-only folder itself.

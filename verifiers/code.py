@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Status, VerifyResult
-from .sandbox import Isolation, Limits, Sandbox, SandboxError, SandboxSession, StepResult
+from .sandbox import (
+    Isolation,
+    Limits,
+    Sandbox,
+    SandboxError,
+    SandboxPool,
+    SandboxSession,
+    StepResult,
+)
 
 #: Exit status of the assertion driver when an assertion fails (distinguishes it from a crash).
 ASSERT_FAILED_EXIT = 101
@@ -167,6 +176,7 @@ class CodeVerifier:
         stop_on_first_failure: bool | None = None,
         stderr_chars: int = 1000,
         python: str | None = None,
+        sandbox_reuse: int = 256,
     ) -> None:
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1 or None, got {workers!r}")
@@ -198,6 +208,25 @@ class CodeVerifier:
             output_bytes=output_limit_bytes,
         )
         self.sandbox = Sandbox(isolation, allow_unsandboxed=allow_unsandboxed, python=python)
+        # Sandboxes are started once per thread and reset between completions; the batch
+        # threads live as long as the verifier so that their sandboxes do too.
+        self._pool = SandboxPool(self.sandbox, max_uses=sandbox_reuse)
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the batch threads and every sandbox they keep; the verifier stays usable."""
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self._pool.close()
+
+    def __enter__(self) -> CodeVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def isolation(self) -> Isolation:
@@ -224,7 +253,7 @@ class CodeVerifier:
     def verify_batch(
         self, completions: Sequence[str], references: Sequence[Any]
     ) -> list[VerifyResult]:
-        """Verify many completions, one sandbox each, `workers` at a time, in input order."""
+        """Verify many completions, `workers` at a time (one sandbox each), in input order."""
         if len(completions) != len(references):
             raise ValueError(
                 f"got {len(completions)} completions but {len(references)} references"
@@ -232,8 +261,11 @@ class CodeVerifier:
         parsed = [parse_reference(ref) for ref in references]
         if not completions:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(completions))) as pool:
-            return list(pool.map(self._verify_parsed, completions, parsed))
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="veristep-code")
+            executor = self._executor
+        return list(executor.map(self._verify_parsed, completions, parsed))
 
     # ---- one completion ----------------------------------------------------------------------
     def _verify_parsed(self, completion: str, reference: CodeReference) -> VerifyResult:
@@ -283,8 +315,9 @@ class CodeVerifier:
     def _run_tests(self, code: str, reference: CodeReference, language: Language) -> _Run:
         run = _Run()
         python = self.sandbox.python
-        with self.sandbox.session() as session:
-            run.timings["sandbox_start_s"] = session.start_s
+        t0 = time.perf_counter()
+        with self._pool.session() as session:
+            run.timings["sandbox_start_s"] = time.perf_counter() - t0  # ~0 when reused
             t0 = time.perf_counter()
             if language.compile is not None:
                 result = session.compile(

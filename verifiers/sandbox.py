@@ -24,6 +24,7 @@ Isolation levels, strongest first:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import marshal
@@ -37,7 +38,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +152,7 @@ class SandboxSession:
         self._nonce = secrets.token_hex(16)
         self.python_version = ""
         self.start_s = 0.0
+        self.completions = 0  # how many completions a pool has run in this session
 
     def __enter__(self) -> SandboxSession:
         self.start()
@@ -218,6 +222,15 @@ class SandboxSession:
             "limits": limits.to_wire(),
         }
         return self._step(request, limits)
+
+    def reset(self) -> None:
+        """Drop compile outputs and wipe the sandbox so that a new completion can use it."""
+        self._request({"op": "reset"}, _HOST_SLACK_S)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the sandbox process is still running."""
+        return self._proc is not None and self._proc.poll() is None
 
     def close(self) -> None:
         """Stop the sandbox and everything in it; idempotent."""
@@ -383,6 +396,75 @@ class Sandbox:
 
     def _launch_plan(self, session: SandboxSession) -> tuple[list[str], str | None, dict[str, Any]]:
         return _launch_plan(self.isolation, self.python, self._drop, self.tmpfs_mb, session)
+
+
+class SandboxPool:
+    """Started sessions reused across completions, one per thread, reset in between.
+
+    A sandbox is bound to the thread that started it (bubblewrap's --die-with-parent follows
+    the spawning thread), so each thread keeps its own. The reset between completions is the
+    same one that separates tests: fresh folders, wiped scratch space, IPC and keyrings, and
+    no process left. After `max_uses` completions a session is replaced anyway.
+    """
+
+    def __init__(self, sandbox: Sandbox, max_uses: int = 256) -> None:
+        if max_uses < 1:
+            raise ValueError(f"max_uses must be >= 1, got {max_uses!r}")
+        self.sandbox = sandbox
+        self.max_uses = max_uses
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sessions: list[tuple[threading.Thread, SandboxSession]] = []
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[SandboxSession]:
+        """Yield a started, clean session; on a sandbox failure it is discarded, not reused."""
+        session = self._take()
+        try:
+            yield session
+        except BaseException:
+            self._discard(session)
+            raise
+        session.completions += 1
+        if session.completions >= self.max_uses:
+            self._discard(session)
+
+    def close(self) -> None:
+        """Stop every pooled sandbox."""
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for _, session in sessions:
+            session.close()
+        self._local = threading.local()
+
+    def _take(self) -> SandboxSession:
+        session: SandboxSession | None = getattr(self._local, "session", None)
+        if session is not None:
+            try:
+                if not session.alive:
+                    raise SandboxError("pooled sandbox exited")
+                session.reset()
+                return session
+            except SandboxError:
+                self._discard(session)
+        session = self.sandbox.session()
+        session.start()
+        self._local.session = session
+        with self._lock:
+            # Sandboxes of threads that have ended died with them; release their pipes.
+            ended = [s for t, s in self._sessions if not t.is_alive()]
+            self._sessions = [(t, s) for t, s in self._sessions if t.is_alive()]
+            self._sessions.append((threading.current_thread(), session))
+        for stale in ended:
+            stale.close()
+        return session
+
+    def _discard(self, session: SandboxSession) -> None:
+        session.close()
+        if getattr(self._local, "session", None) is session:
+            self._local.session = None
+        with self._lock:
+            self._sessions = [(t, s) for t, s in self._sessions if s is not session]
 
 
 def _launch_plan(

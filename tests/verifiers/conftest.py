@@ -41,8 +41,9 @@ def make_code_verifier() -> Callable[..., object]:
 
 @pytest.fixture
 def sandbox_processes() -> Callable[..., list[int]]:
-    """Return a function listing host pids of live sandbox processes, or of processes whose
-    command line holds one of the extra byte markers."""
+    """Return a function listing host pids of live processes started by sandboxed programs
+    (everything in a sandbox except its launcher and supervisor, which a pool keeps), or of
+    processes whose command line holds one of the extra byte markers."""
     from veristep.verifiers.sandbox import _SUPERVISOR_SOURCE
 
     marker = _SUPERVISOR_SOURCE.encode()[:200]
@@ -55,12 +56,21 @@ def sandbox_processes() -> Callable[..., list[int]]:
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as fh:
                     cmdline = fh.read()
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+                with open(f"/proc/{name}/status") as fh:
+                    status = dict(line.split(":", 1) for line in fh if ":" in line)
             except OSError:
                 continue
-            hit = marker in cmdline or any(m in cmdline for m in extra)
-            if hit and state != b"Z":
+            if status.get("State", "").strip().startswith("Z"):
+                continue
+            if any(m in cmdline for m in extra):
+                found.append(int(name))
+                continue
+            launcher = cmdline.startswith((b"bwrap\0", b"unshare\0"))
+            supervisor = (
+                status.get("NSpid", "").split()[-1:] == ["1"]  # PID 1 of its namespace
+                or int(status.get("PPid", "0")) == os.getpid()  # rlimits-only: our child
+            )
+            if marker in cmdline and not launcher and not supervisor:
                 found.append(int(name))
         return found
 

@@ -127,3 +127,56 @@ def test_step_result_flags(code_verifier):
         assert loud.output_limited and len(loud.stdout) <= 1000
         killed = session.run({}, Limits(), argv=["/bin/sh", "-c", "kill -9 $$"])
         assert killed.signal == 9 and killed.exit_code is None
+
+
+def test_pooled_sandboxes_are_reset_between_completions(make_code_verifier, sandbox_processes):
+    before = set(_all_sandbox_pids())
+    verifier = make_code_verifier(timeout=2.0, workers=1)
+    leave = "import os\nopen('/tmp/left', 'w').write('x')\nos.fork() or __import__('time').sleep(60)\n"
+    look = (
+        "import os\n"
+        "print(sorted(os.listdir('.')), os.path.exists('/tmp/left'),"
+        " len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
+    )
+    cpp = "#include <cstdio>\nint main() { std::puts(\"built\"); }"
+    with verifier:
+        verifier.verify(leave, {"tests": [{"stdout": ""}]})
+        assert verifier.verify(cpp, {"language": "cpp", "tests": [{"stdout": "built"}]}).correct
+        first = verifier._pool._local.session
+        result = verifier.verify(look, {"tests": [{"stdout": "['main.py'] False 2"}]})
+        assert result.correct, result.extra["tests"]
+        assert verifier._pool._local.session is first  # the same sandbox, reused
+        # A failed build must not run the previous completion's binary.
+        broken = verifier.verify("int main( {", {"language": "cpp", "tests": [{"stdout": "built"}]})
+        assert broken.status.value == "compile_error"
+        results = verifier.verify_batch([look] * 4, [{"tests": [{"stdout": "['main.py'] False 2"}]}] * 4)
+        assert all(r.correct for r in results)
+    assert sandbox_processes() == []
+    assert set(_all_sandbox_pids()) <= before  # close() stopped this verifier's sandboxes
+
+
+def test_sandbox_reuse_one_starts_a_sandbox_per_completion(make_code_verifier):
+    verifier = make_code_verifier(timeout=2.0, sandbox_reuse=1)
+    for _ in range(2):
+        assert verifier.verify("print(1)", {"tests": [{"stdout": "1"}]}).correct
+        assert getattr(verifier._pool._local, "session", None) is None
+    with pytest.raises(ValueError):
+        make_code_verifier(sandbox_reuse=0)
+
+
+def _all_sandbox_pids() -> list[int]:
+    from veristep.verifiers.sandbox import _SUPERVISOR_SOURCE
+
+    marker = _SUPERVISOR_SOURCE.encode()[:200]
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if marker in fh.read():
+                        with open(f"/proc/{name}/stat") as st:
+                            if st.read().rsplit(")", 1)[1].split()[0] != "Z":
+                                pids.append(int(name))
+            except OSError:
+                continue
+    return pids

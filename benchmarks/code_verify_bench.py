@@ -272,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="slices the methods take turns on (evens out machine load)")
     parser.add_argument("--isolation", choices=["bwrap", "namespaces", "rlimits-only"],
                         help="isolation level for veristep (default: the best available)")
+    parser.add_argument("--sandbox-reuse", type=int, default=256,
+                        help="completions per sandbox (1: a fresh sandbox per program)")
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--out", type=Path,
@@ -279,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     verifier = CodeVerifier(workers=args.workers, timeout=args.timeout,
-                            isolation=args.isolation, allow_unsandboxed=args.allow_unsandboxed)
+                            isolation=args.isolation, allow_unsandboxed=args.allow_unsandboxed,
+                            sandbox_reuse=args.sandbox_reuse)
     sets = {
         "mixed": generate_programs(args.programs, args.tests, args.timeout_share, args.seed),
         "no-timeouts": generate_programs(args.programs, args.tests, 0.0, args.seed),

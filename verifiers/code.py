@@ -287,6 +287,9 @@ class CodeVerifier:
         except SandboxError as err:
             return VerifyResult(0.0, False, Status.SANDBOX_ERROR, str(err)[:500], code,
                                 {"total_s": time.perf_counter() - started}, extra)
+        except Exception as err:  # a bug here must not sink the rest of a batch
+            return VerifyResult(0.0, False, Status.INTERNAL_ERROR, repr(err)[:500], code,
+                                {"total_s": time.perf_counter() - started}, extra)
         run.timings["total_s"] = time.perf_counter() - started
         if run.compile_failure is not None:
             failure = run.compile_failure

@@ -10,7 +10,7 @@ tests run three ways, each with the same number of parallel workers:
                   per test) at the best isolation level available.
 
 All three use the interpreter the sandbox uses, and the same output comparison. Prints a table
-(programs/s, tests/s, ratio to (a)) and writes it as JSON.
+(programs/s, tests/s, ratio to (a)) and writes it to benchmarks/results/code_verify_bench.json.
 
     python benchmarks/code_verify_bench.py --programs 240 --tests 5
 """
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--out", type=Path,
-                        default=Path(__file__).with_name("code_verify_bench.json"))
+                        default=Path(__file__).parent / "results" / "code_verify_bench.json")
     args = parser.parse_args(argv)
 
     verifier = CodeVerifier(workers=args.workers, timeout=args.timeout,

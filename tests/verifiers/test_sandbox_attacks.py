@@ -327,7 +327,8 @@ def test_disk_fill_is_capped(attack):
     """
     result = attack(many_files, _leak_test())
     assert result.reward == 0.0
-    assert shutil.disk_usage(tempfile.gettempdir()).free > free_before - (256 << 20)
+    # Capped writes land in the sandbox's tmpfs; a leak to disk would take gigabytes.
+    assert shutil.disk_usage(tempfile.gettempdir()).free > free_before - (1 << 30)
 
 
 def test_infinite_output_hits_the_output_cap(attack):

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -169,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     # On a shared machine the fastest run of each is the least disturbed: report that ratio too.
     best = {name: min(r["per_run_seconds"]) for name, r in results.items()}
     ratio_best = best["trl"] / best["veristep"]  # same work per run, so time ratio = speed ratio
+    median = {name: statistics.median(r["per_run_seconds"]) for name, r in results.items()}
+    ratio_median = median["trl"] / median["veristep"]
     ratio_samples = results["veristep"]["samples_per_s"] / results["trl"]["samples_per_s"]
     ratio_tokens = results["veristep"]["tokens_per_s"] / results["trl"]["tokens_per_s"]
     import transformers
@@ -182,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "ratio_samples_per_s": ratio_samples, "ratio_tokens_per_s": ratio_tokens,
         "best_run_seconds": best, "ratio_best_run": ratio_best,
+        "median_run_seconds": median, "ratio_median_run": ratio_median,
     }
     print(f"\n{'trainer':<10} {'timed steps':>11} {'seconds':>9} {'samples/s':>10} {'tokens/s':>10}")
     for name, r in results.items():
         print(f"{name:<10} {(args.steps - 1) * args.repeats:>11} {r['seconds']:>9.2f} {r['samples_per_s']:>10.2f} {r['tokens_per_s']:>10.1f}")
     print(f"ratio veristep/TRL: samples/s {ratio_samples:.2f}x, tokens/s {ratio_tokens:.2f}x "
-          f"(fastest run of each: {ratio_best:.2f}x)")
+          f"(fastest run of each: {ratio_best:.2f}x, median run: {ratio_median:.2f}x)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

@@ -1,0 +1,139 @@
+"""Streaming JSONL input and output for the command-line runners, with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+STDIO = "-"
+
+
+class InputError(ValueError):
+    """Unreadable input: its message is one line naming the file, the line and the reason."""
+
+    def __init__(self, path: str | Path, line_no: int | None, reason: str) -> None:
+        self.path = str(path)
+        self.line_no = line_no
+        self.reason = reason
+        where = f"{self.path}:{line_no}" if line_no is not None else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass
+class Record:
+    """One JSON object read from a JSONL file, with the 1-based line it came from."""
+
+    line_no: int
+    data: dict[str, Any]
+
+
+def _open_text(path: str | Path, mode: str) -> IO[str]:
+    if str(path) == STDIO:
+        return sys.stdin if "r" in mode else sys.stdout
+    return open(path, mode, encoding="utf-8")
+
+
+def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
+    """Yield the JSON objects of a JSONL file one by one; raise InputError on the first bad line."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    try:
+        handle = _open_text(path, "r")
+    except OSError as err:
+        raise InputError(path, None, f"cannot open: {err.strerror or err}") from None
+    count = 0
+    try:
+        for line_no, line in enumerate(_lines(handle, path), start=1):
+            if limit is not None and count >= limit:
+                return
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(
+                    path, line_no, f"bad JSON ({err.msg} at column {err.colno})"
+                ) from None
+            if not isinstance(data, dict):
+                raise InputError(
+                    path, line_no, f"expected a JSON object, got {type(data).__name__}"
+                )
+            count += 1
+            yield Record(line_no, data)
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+
+
+def _lines(handle: IO[str], path: str | Path) -> Iterator[str]:
+    # Decoding errors surface while iterating; turn them into the same one-line InputError.
+    line_no = 0
+    while True:
+        try:
+            line = handle.readline()
+        except UnicodeDecodeError as err:
+            raise InputError(path, line_no + 1, f"not UTF-8 text ({err.reason})") from None
+        if not line:
+            return
+        line_no += 1
+        yield line
+
+
+def require(record: Record, key: str, path: str | Path) -> Any:
+    """Return `record.data[key]` or raise InputError naming the missing key and the line."""
+    try:
+        return record.data[key]
+    except KeyError:
+        keys = ", ".join(sorted(record.data)) or "none"
+        raise InputError(path, record.line_no, f"missing key {key!r} (keys: {keys})") from None
+
+
+def _json_safe(value: Any) -> Any:
+    # JSON has no NaN/Infinity; write null so every output line parses with strict readers.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def dumps_line(data: dict[str, Any]) -> str:
+    """Serialise one output record to a single JSON line (non-JSON values become strings)."""
+    return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
+
+
+class JsonlWriter:
+    """Append JSON lines to a file (or stdout for "-"), flushing after every batch."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != STDIO:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._handle = _open_text(self.path, "w")
+        self.written = 0
+
+    def write_many(self, rows: list[dict[str, Any]]) -> None:
+        """Write rows, one JSON object per line, and flush so a later crash loses none of them."""
+        if rows:
+            self._handle.write("".join(dumps_line(row) + "\n" for row in rows))
+            self.written += len(rows)
+        self._handle.flush()
+
+    def close(self) -> None:
+        """Flush and close the file (stdout is flushed, not closed)."""
+        self._handle.flush()
+        if self._handle is not sys.stdout:
+            self._handle.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

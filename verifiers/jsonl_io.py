@@ -32,25 +32,25 @@ class Record:
     data: dict[str, Any]
 
 
-def _open_text(path: str | Path, mode: str) -> IO[str]:
-    if str(path) == STDIO:
-        return sys.stdin if "r" in mode else sys.stdout
-    return open(path, mode, encoding="utf-8")
-
-
 def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
     """Yield the JSON objects of a JSONL file one by one; raise InputError on the first bad line."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     try:
-        handle = _open_text(path, "r")
+        # Bytes, decoded line by line, so a bad byte is reported on its own line, not a
+        # buffer earlier.
+        handle = sys.stdin.buffer if str(path) == STDIO else open(path, "rb")
     except OSError as err:
         raise InputError(path, None, f"cannot open: {err.strerror or err}") from None
     count = 0
     try:
-        for line_no, line in enumerate(_lines(handle, path), start=1):
+        for line_no, raw in enumerate(handle, start=1):
             if limit is not None and count >= limit:
                 return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(path, line_no, f"not UTF-8 text ({err.reason})") from None
             if not line.strip():
                 continue
             try:
@@ -66,22 +66,8 @@ def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
             count += 1
             yield Record(line_no, data)
     finally:
-        if handle is not sys.stdin:
+        if handle is not sys.stdin.buffer:
             handle.close()
-
-
-def _lines(handle: IO[str], path: str | Path) -> Iterator[str]:
-    # Decoding errors surface while iterating; turn them into the same one-line InputError.
-    line_no = 0
-    while True:
-        try:
-            line = handle.readline()
-        except UnicodeDecodeError as err:
-            raise InputError(path, line_no + 1, f"not UTF-8 text ({err.reason})") from None
-        if not line:
-            return
-        line_no += 1
-        yield line
 
 
 def require(record: Record, key: str, path: str | Path) -> Any:
@@ -116,7 +102,9 @@ class JsonlWriter:
         self.path = str(path)
         if self.path != STDIO:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._handle = _open_text(self.path, "w")
+        self._handle: IO[str] = (
+            sys.stdout if self.path == STDIO else open(self.path, "w", encoding="utf-8")
+        )
         self.written = 0
 
     def write_many(self, rows: list[dict[str, Any]]) -> None:

@@ -233,6 +233,8 @@ def _reference_record(
             record.setdefault("language", "python")
     elif kind == "tools" and isinstance(truth, list):
         record["expected"] = truth
+    else:  # any other kind: the conventional reference keys
+        record.setdefault("answer", truth)
     return record
 
 
@@ -287,10 +289,18 @@ class VerlScorer:
         scores: list[dict[str, Any]] = [{} for _ in range(n)]
         for kind, idx in by_kind.items():
             verifier = self.verifier(kind)
-            refs = [
-                verifier.reference_from_record(_reference_record(kind, ground_truths[i], infos[i]))
-                for i in idx
-            ]
+            try:
+                refs = [
+                    verifier.reference_from_record(
+                        _reference_record(kind, ground_truths[i], infos[i])
+                    )
+                    for i in idx
+                ]
+            except KeyError as err:
+                raise ValueError(
+                    f"ground_truth/extra_info lack {err.args[0]!r}, which the {kind} verifier "
+                    "needs as its reference"
+                ) from None
             texts = [_safe_text(solution_strs[i]) for i in idx]
             for i, result in zip(idx, verifier.verify_batch(texts, refs), strict=True):
                 scores[i] = verl_score(result, kind)

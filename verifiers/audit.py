@@ -146,8 +146,8 @@ class GroupAudit:
         parts = ", ".join(f"{r.value} x{n}" for r, n in self.reasons.most_common())
         line = f"group {self.key} ({self.size} samples): {parts}"
         extracted = self.sample.get("extracted")
-        if self.reference is not None or extracted is not None:
-            line += f"; e.g. extracted {_short(extracted)} vs reference {_short(self.reference)}"
+        shown = "nothing" if extracted is None else _short(extracted)
+        line += f"; e.g. extracted {shown} vs reference {_short(self.reference)}"
         return line
 
 
@@ -207,12 +207,19 @@ class AuditReport:
             lines.append("  " + group.explain())
         if len(ordered) > show_groups:
             lines.append(f"  ... and {len(ordered) - show_groups} more all-wrong groups")
-        share = self.checker_suspect_share
-        verdict = "the checker" if share >= 0.5 else "the model"
-        lines.append(
-            f"verdict: {share:.0%} of the failed samples in all-wrong groups point at the checker "
-            f"(parse error, timeout, tolerance, checker error); look first at {verdict}"
-        )
+        suspects = sum(counts[r] for r in counts if r in CHECKER_SUSPECTS)
+        suspect_groups = sum(1 for g in self.all_wrong if g.dominant in CHECKER_SUSPECTS)
+        if suspects:
+            lines.append(
+                f"verdict: {suspects} of {total} failed samples ({suspects / total:.0%}) point at "
+                f"the checker (parse error, timeout, tolerance, checker error), dominating "
+                f"{suspect_groups} of {wrong} all-wrong groups: inspect those first"
+            )
+        else:
+            lines.append(
+                "verdict: no failure points at the checker; the all-wrong groups look "
+                "like the model's"
+            )
         return "\n".join(lines)
 
     def examples(self, per_reason: int) -> list[dict[str, Any]]:
@@ -231,7 +238,8 @@ class AuditReport:
 
 def _short(value: Any, width: int = 40) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return repr(text if len(text) <= width else text[: width - 3] + "...")
+    text = " ".join(text.split())  # one line, whatever the answer held
+    return "'" + (text if len(text) <= width else text[: width - 3] + "...") + "'"
 
 
 def _group_id(value: Any) -> str:

@@ -56,7 +56,7 @@ def test_max_examples_caps_each_reason(sample, tmp_path):
     examples = tmp_path / "e.jsonl"
     assert main(["audit", str(sample), "--examples", str(examples), "--max-examples", "1"]) == 0
     reasons = Counter(r["reason"] for r in _read(examples))
-    assert set(reasons.values()) == {1} and len(reasons) == 5
+    assert set(reasons.values()) == {1} and len(reasons) == 4
 
 
 def test_default_examples_path_is_next_to_input(sample, tmp_path, capsys):

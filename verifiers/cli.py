@@ -149,7 +149,10 @@ def run_command(args: argparse.Namespace) -> int:
                 close()
     print(summary.table(), file=sys.stderr)
     if summary.error:
-        _error(f"{summary.error} ({summary.total} results before it were written)")
+        n = summary.total
+        _error(
+            f"{summary.error}; the {n} result{'' if n == 1 else 's'} before it are in the output"
+        )
         return EXIT_FAILED
     return EXIT_OK
 

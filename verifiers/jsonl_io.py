@@ -17,7 +17,7 @@ class InputError(ValueError):
     """Unreadable input: its message is one line naming the file, the line and the reason."""
 
     def __init__(self, path: str | Path, line_no: int | None, reason: str) -> None:
-        self.path = str(path)
+        self.path = "<stdin>" if str(path) == STDIO else str(path)
         self.line_no = line_no
         self.reason = reason
         where = f"{self.path}:{line_no}" if line_no is not None else self.path

@@ -66,8 +66,6 @@ class RunSummary:
         ]
         for status, count in self.status_counts.most_common():
             lines.append(f"  {status:<18}{count:>8}{count / self.total:>9.1%}")
-        if self.error:
-            lines.append(f"stopped early: {self.error}")
         return "\n".join(lines)
 
 

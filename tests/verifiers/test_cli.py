@@ -258,3 +258,15 @@ def test_ray_backend_matches_local_in_order(tmp_path, exact_cls):
     assert code == 0
     assert _read(remote) == _read(local)
     assert not ray.is_initialized()  # the backend shut down the instance it started
+
+
+def test_progress_bar_only_for_inputs_longer_than_a_batch(tmp_path):
+    from veristep.verifiers.cli import _progress_bar
+
+    src = _write(tmp_path / "in.jsonl", ROWS * 3)
+    assert _progress_bar(str(src), None, batch_size=20) is None
+    bar = _progress_bar(str(src), None, batch_size=4)
+    assert bar is not None and bar.total == 15
+    bar.close()
+    assert _progress_bar(str(src), 6, batch_size=4).total == 6
+    assert _progress_bar("-", None, batch_size=4).total is None  # stdin: length unknown

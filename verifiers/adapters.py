@@ -332,7 +332,17 @@ def verl_score(result: VerifyResult, kind: str) -> dict[str, Any]:
     }
 
 
-_DEFAULT = VerlScorer()
+_SCORERS: dict[str, VerlScorer] = {}
+_SCORERS_LOCK = threading.Lock()
+
+
+def _scorer(config: Mapping[str, Mapping[str, Any]] | None) -> VerlScorer:
+    """The shared scorer for one verifier configuration (verl's reward_kwargs.veristep_config)."""
+    key = json.dumps(config or {}, sort_keys=True, default=str)
+    with _SCORERS_LOCK:
+        if key not in _SCORERS:
+            _SCORERS[key] = VerlScorer(config)
+        return _SCORERS[key]
 
 
 def compute_score(
@@ -340,18 +350,30 @@ def compute_score(
     solution_str: str,
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
-    **kwargs: Any,
+    veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
+    **_: Any,
 ) -> dict[str, Any]:
-    """verl `custom_reward_function` entry point (NaiveRewardManager): score one response."""
-    return _DEFAULT(data_source, solution_str, ground_truth, extra_info, **kwargs)
+    """verl `custom_reward_function` entry point (NaiveRewardManager): score one response.
+
+    `veristep_config` (from verl's `custom_reward_function.reward_kwargs`) maps a verifier kind
+    to its keyword configuration, e.g. {"math": {"timeout": 3}}.
+    """
+    return _scorer(veristep_config)(data_source, solution_str, ground_truth, extra_info)
 
 
 def compute_score_batch(
-    data_sources: Sequence[str],
+    data_sources: Sequence[str] | None,
     solution_strs: Sequence[str],
     ground_truths: Sequence[Any],
     extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
-    **kwargs: Any,
+    veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
+    **_: Any,
 ) -> list[dict[str, Any]]:
-    """verl entry point for `reward_model.reward_manager=batch`: score a whole batch in parallel."""
-    return _DEFAULT.batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs)
+    """verl entry point for `reward_model.reward_manager=batch`: score a whole batch in parallel.
+
+    verl's offline evaluation passes data_sources=None; extra_info["veristep_kind"] then names
+    the kind.
+    """
+    if data_sources is None:
+        data_sources = [""] * len(solution_strs)
+    return _scorer(veristep_config).batch(data_sources, solution_strs, ground_truths, extra_infos)

@@ -270,3 +270,19 @@ def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
         judged = [r for r in rewards if r is not None]
         if judged:
             assert log["rewards/veristep_exact/mean"] == pytest.approx(sum(judged) / len(judged))
+
+
+def test_verl_reward_kwargs_config_and_missing_data_sources(exact_kind):
+    info = {"veristep_kind": exact_kind}
+    loose = {exact_kind: {"rel_close": 0.5}}
+    # rel_close only changes numeric_close, which verl does not see; the config must reach it.
+    assert adapters._scorer(loose).verifier(exact_kind).rel_close == 0.5
+    assert adapters._scorer(None).verifier(exact_kind).rel_close == 1e-2
+    assert compute_score("x", "Answer: 2", "2", info, veristep_config=loose)["score"] == 1.0
+    # verl's offline evaluation passes data_sources=None.
+    out = adapters.compute_score_batch(None, ["Answer: 2", "Answer: 3"], ["2", "2"], [info, info])
+    assert [o["score"] for o in out] == [1.0, 0.0]
+    with pytest.raises(UnknownDataSource):
+        adapters.compute_score_batch(None, ["Answer: 2"], ["2"], None)
+    with pytest.raises(ValueError, match="lack 'answer'"):
+        VerlScorer().batch(["x"], ["Answer: 1"], [{"not": "an answer"}], [info])

@@ -232,6 +232,7 @@ def test_math_kind_end_to_end_in_a_subprocess(tmp_path):
     assert "3 items" in proc.stderr
 
 
+@pytest.mark.slow  # starting a local Ray instance takes 8-20 s on a loaded 2-core machine
 def test_ray_backend_matches_local_in_order(tmp_path, exact_cls):
     ray = pytest.importorskip("ray")
     # The test verifier lives in a conftest module Ray workers cannot import: ship it by value.

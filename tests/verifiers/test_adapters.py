@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import pickle
 from pathlib import Path
 
@@ -286,3 +287,44 @@ def test_verl_reward_kwargs_config_and_missing_data_sources(exact_kind):
         adapters.compute_score_batch(None, ["Answer: 2"], ["2"], None)
     with pytest.raises(ValueError, match="lack 'answer'"):
         VerlScorer().batch(["x"], ["Answer: 1"], [{"not": "an answer"}], [info])
+
+
+_WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def test_verl_code_apps_ground_truth_when_available():
+    pytest.importorskip("veristep.verifiers.code")
+    program = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    truth = '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}'
+    right = compute_score("codecontests", program, truth)
+    wrong = compute_score("apps", program.replace("a + b", "a * b"), truth)
+    assert right["score"] == 1.0 and right["kind"] == "code" and right["status"] == "correct"
+    assert wrong["score"] < 1.0 and not wrong["acc"]
+
+
+def test_verl_and_trl_tools_when_available():
+    pytest.importorskip("veristep.verifiers.tools")
+    truth = {
+        "tools": _WEATHER_TOOLS,
+        "expected": [{"name": "get_weather", "arguments": {"city": ["Paris"]}}],
+    }
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert compute_score("bfcl_simple", text, json.dumps(truth))["score"] == 1.0
+    assert compute_score("tools", "no call", truth)["status"] == "no_call"
+    # TRL conversational completion with structured tool_calls, as parse_response returns it.
+    f = trl_reward_func("tools")
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    completion = [{"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert f([completion], tools=[_WEATHER_TOOLS], expected=[truth["expected"]]) == [1.0]

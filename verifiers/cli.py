@@ -159,6 +159,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _progress_bar(path: str, limit: int | None, batch_size: int) -> Any:
     """A tqdm bar on stderr for inputs longer than one batch; None when not worth showing."""
+    if not _is_terminal(sys.stderr):  # logs and pipes get the summary only, and no line count
+        return None
     total = count_lines(path)
     if limit is not None:
         total = min(total, limit) if total is not None else limit
@@ -166,5 +168,9 @@ def _progress_bar(path: str, limit: int | None, batch_size: int) -> Any:
         return None
     from tqdm import tqdm
 
-    # disable=None hides the bar when stderr is not a terminal (logs, pipes, CI).
-    return tqdm(total=total, unit="item", file=sys.stderr, disable=None, dynamic_ncols=True)
+    return tqdm(total=total, unit="item", file=sys.stderr, dynamic_ncols=True)
+
+
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(callable(isatty) and isatty())

@@ -261,10 +261,13 @@ def test_ray_backend_matches_local_in_order(tmp_path, exact_cls):
     assert not ray.is_initialized()  # the backend shut down the instance it started
 
 
-def test_progress_bar_only_for_inputs_longer_than_a_batch(tmp_path):
+def test_progress_bar_only_on_a_terminal_for_inputs_longer_than_a_batch(tmp_path, monkeypatch):
+    import veristep.verifiers.cli as cli
     from veristep.verifiers.cli import _progress_bar
 
     src = _write(tmp_path / "in.jsonl", ROWS * 3)
+    assert _progress_bar(str(src), None, batch_size=4) is None  # stderr is not a terminal here
+    monkeypatch.setattr(cli, "_is_terminal", lambda stream: True)
     assert _progress_bar(str(src), None, batch_size=20) is None
     bar = _progress_bar(str(src), None, batch_size=4)
     assert bar is not None and bar.total == 15

@@ -51,7 +51,7 @@ class TRLRewardFunction:
 
     @property
     def verifier(self) -> Verifier:
-        """The verifier, built on first use (so the function pickles without a worker pool)."""
+        """The verifier; after unpickling it is rebuilt on first use (worker pools do not pickle)."""
         with self._lock:
             if self._verifier is None:
                 self._verifier = get_verifier(self._kind, **self._config)
@@ -129,10 +129,14 @@ def _safe_text(completion: Any) -> str:
 
 
 def trl_reward_func(
-    verifier: str | Verifier = "math", *, reference_column: str | None = None, **config: Any
+    verifier: str | Verifier = "math",
+    *,
+    reference_column: str | None = None,
+    name: str | None = None,
+    **config: Any,
 ) -> TRLRewardFunction:
     """Return a TRL reward function: `GRPOTrainer(..., reward_funcs=[trl_reward_func("math")])`."""
-    return TRLRewardFunction(verifier, reference_column=reference_column, **config)
+    return TRLRewardFunction(verifier, reference_column=reference_column, name=name, **config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -274,3 +274,18 @@ def test_progress_bar_only_on_a_terminal_for_inputs_longer_than_a_batch(tmp_path
     bar.close()
     assert _progress_bar(str(src), 6, batch_size=4).total == 6
     assert _progress_bar("-", None, batch_size=4).total is None  # stdin: length unknown
+
+
+def test_bad_reference_is_an_input_error(tmp_path, capsys, exact_cls):
+    class Strict(exact_cls):
+        def reference_from_record(self, record):
+            if not isinstance(record["answer"], str):
+                raise ValueError("answer must be a string")
+            return record["answer"]
+
+    register_verifier("strict", Strict, replace=True)
+    src = _write(tmp_path / "in.jsonl", [ROWS[0], {"completion": "Answer: 1", "answer": [1]}])
+    out = tmp_path / "o.jsonl"
+    assert main(["verify", "strict", str(src), "-o", str(out)]) == 1
+    assert ":2: bad reference: answer must be a string" in capsys.readouterr().err
+    assert len(_read(out)) == 1

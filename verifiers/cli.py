@@ -92,9 +92,11 @@ def _build_backend(
     if args.backend == "ray":
         from .ray_backend import RayBackend
 
-        # The driver only reads references; one worker keeps its (lazy) pool small.
-        local = cls(**{"workers": 1, **config})
-        return RayBackend(cls, config, actors=args.workers, address=args.ray_address), local
+        # One actor per CPU, each verifying on one core unless --set workers=K says otherwise;
+        # the driver's own instance only reads references.
+        actor_config = {"workers": 1, **config}
+        local = cls(**actor_config)  # first, so a bad config fails before Ray starts
+        return RayBackend(cls, actor_config, actors=args.workers, address=args.ray_address), local
     local_config = dict(config)
     if args.workers is not None:
         local_config["workers"] = args.workers

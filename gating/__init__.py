@@ -1,1 +1,47 @@
-"""Advantage estimators, the VeriGate gate and collapse monitors (pure tensor functions)."""
+"""Advantage estimators, the VeriGate gate and collapse monitors (pure tensor functions).
+
+Shapes: N prompts, G samples each, S steps, T completion tokens; padding is masked
+(step_mask False, token_step -1). Every estimator is defined in the gating spec
+(shared/docs/gating-spec.md); README.md "## Gating" summarises the conventions.
+"""
+
+from ._common import Agg, Gate, OutcomeMethod, Std, VirtualValue
+from .dapo import clipped_surrogate, dynamic_sampling_keep, overlong_penalty
+from .monitors import collapse_mask, collapse_metrics, collapse_stats
+from .outcome import outcome_advantages
+from .pool import Pool, PromptPool
+from .prm_outcome import prm_as_outcome_rewards
+from .token_steps import broadcast_to_tokens, steps_to_tokens, token_step_from_offsets
+from .verigate import (
+    future_cumulated_rewards,
+    gate_mask,
+    prm_step_advantages,
+    process_grpo_advantages,
+    verigate_advantages,
+)
+
+__all__ = [
+    "Agg",
+    "Gate",
+    "OutcomeMethod",
+    "Pool",
+    "PromptPool",
+    "Std",
+    "VirtualValue",
+    "broadcast_to_tokens",
+    "clipped_surrogate",
+    "collapse_mask",
+    "collapse_metrics",
+    "collapse_stats",
+    "dynamic_sampling_keep",
+    "future_cumulated_rewards",
+    "gate_mask",
+    "outcome_advantages",
+    "overlong_penalty",
+    "prm_as_outcome_rewards",
+    "prm_step_advantages",
+    "process_grpo_advantages",
+    "steps_to_tokens",
+    "token_step_from_offsets",
+    "verigate_advantages",
+]

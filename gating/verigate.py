@@ -1,0 +1,211 @@
+"""VeriGate: outcome GRPO where the verifier separates a group, PRM step advantages where not.
+
+Also DeepSeekMath's process-supervision GRPO, which normalises first and sums second, for
+comparison (spec test T8).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._common import (
+    Gate,
+    Std,
+    as_bool,
+    as_float,
+    at_or_beyond,
+    check_finite,
+    check_prefix,
+    check_shape,
+    group_normalise,
+    parse_option,
+)
+from .monitors import _check_rewards, _collapse, _collapse_stats
+from .token_steps import check_token_step
+
+
+def _check_steps(
+    step_scores: torch.Tensor, step_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate step scores / mask [N, G, S]; return (float scores, bool mask)."""
+    step_scores = as_float(step_scores, "step_scores")
+    check_shape("step_scores", step_scores, "N, G, S")
+    check_shape("step_mask", step_mask, "N, G, S")
+    if step_mask.shape != step_scores.shape:
+        raise ValueError(
+            f"step_mask shape {tuple(step_mask.shape)} != step_scores {tuple(step_scores.shape)}"
+        )
+    check_prefix("step_mask", step_mask, "step_scores", step_scores, 3)
+    return step_scores, as_bool(step_mask, "step_mask")
+
+
+def _suffix_sum(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked suffix sum along the last dim; masked positions are 0."""
+    s = torch.where(mask, scores, 0.0)
+    c = s.flip(-1).cumsum(-1).flip(-1)
+    return torch.where(mask, c, 0.0)
+
+
+def future_cumulated_rewards(step_scores: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
+    """c[n, g, j] = sum of the valid scores of steps k >= j (undiscounted); 0 on masked steps."""
+    scores, mask = _check_steps(step_scores, step_mask)
+    check_finite("step_scores", scores, mask)
+    return _suffix_sum(scores, mask)
+
+
+def prm_step_advantages(
+    step_scores: torch.Tensor,
+    step_mask: torch.Tensor,
+    std: str = "population",
+    eps: float = 1e-6,
+    centre_scores: bool = False,
+) -> torch.Tensor:
+    """VeriGate's PRM branch for every group: [N, G, S] step advantages.
+
+    Future-cumulated scores c (of 2s - 1 when centre_scores) are normalised over all valid
+    (rollout, step) pairs of the group; a group whose c are all equal, or that has no step,
+    gets 0. Masked steps get 0.
+    """
+    scores, mask = _check_steps(step_scores, step_mask)
+    check_finite("step_scores", scores, mask)
+    ddof = parse_option(Std, std, "std").ddof
+    return _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
+
+
+def _prm_step_advantages(
+    scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float, centre_scores: bool
+) -> torch.Tensor:
+    """prm_step_advantages without validation."""
+    if centre_scores:
+        scores = 2.0 * scores - 1.0
+    return group_normalise(_suffix_sum(scores, mask), mask, ddof, eps)
+
+
+def process_grpo_advantages(
+    step_scores: torch.Tensor,
+    step_mask: torch.Tensor,
+    std: str = "population",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """DeepSeekMath process-supervision GRPO: [N, G, S] step advantages.
+
+    Step scores are normalised over all valid (rollout, step) pairs of the group first, then
+    each step gets the suffix sum of the normalised values (the reverse order of VeriGate).
+    """
+    scores, mask = _check_steps(step_scores, step_mask)
+    check_finite("step_scores", scores, mask)
+    ddof = parse_option(Std, std, "std").ddof
+    return _suffix_sum(group_normalise(scores, mask, ddof, eps), mask)
+
+
+def gate_mask(
+    rewards: torch.Tensor, gate: str = "all_wrong", tau: float = 0.0, low: float = 0.0
+) -> torch.Tensor:
+    """bool[N]: the groups VeriGate sends to the PRM branch; score only these with the PRM.
+
+    "all_wrong": collapsed and every reward at or below `low`; "any_collapsed": collapsed.
+    """
+    rewards = _check_rewards(rewards)
+    return _gate(rewards, parse_option(Gate, gate, "gate"), tau, low)
+
+
+def _gate(rewards: torch.Tensor, gate: Gate, tau: float, low: float) -> torch.Tensor:
+    """gate_mask without validation."""
+    collapsed = _collapse(rewards, tau)
+    if gate is Gate.ALL_WRONG:
+        return collapsed & at_or_beyond(rewards, low, above=False).all(-1)
+    return collapsed
+
+
+def verigate_advantages(
+    rewards: torch.Tensor,
+    step_scores: torch.Tensor,
+    step_mask: torch.Tensor,
+    token_step: torch.Tensor,
+    gate: str = "all_wrong",
+    tau: float = 0.0,
+    std: str = "population",
+    eps: float = 1e-6,
+    centre_scores: bool = False,
+    *,
+    low: float = 0.0,
+    high: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level VeriGate advantages [N, G, T] and metrics.
+
+    Inputs: rewards [N, G]; step_scores / step_mask [N, G, S] (only the gated groups' entries
+    are read, so the PRM need not be run on the others); token_step [N, G, T], each token's
+    step index, -1 for padding.
+    Per group: if its rewards are not collapsed (pop std > tau and not all equal), every
+    token of o_i gets the GRPO advantage (r_i - mean) / (std + eps). A collapsed group goes
+    to the PRM branch when `gate` selects it ("all_wrong": every reward at or below `low`;
+    "any_collapsed": every collapsed group); its tokens get the step advantage of their step
+    (see prm_step_advantages). Other collapsed groups get 0; tokens pointing at a masked step
+    get 0; padding gets 0.
+    Metrics: gate/gated_groups (count), gate/steps_per_gated_response (mean over gated
+    responses, 0 when none), gate/prm_flat_groups (gated groups whose PRM branch is all 0),
+    adv/nonzero_frac (share of non-padding tokens with |A| > 0), gate/acr,
+    gate/all_wrong_rate, gate/all_correct_rate.
+    """
+    rewards = _check_rewards(rewards)
+    scores, mask = _check_steps(step_scores, step_mask)
+    check_prefix("step_scores", scores, "rewards", rewards, 2)
+    check_shape("token_step", token_step, "N, G, T")
+    check_prefix("token_step", token_step, "rewards", rewards, 2)
+    check_token_step(token_step, scores.shape[-1])
+    gate_kind = parse_option(Gate, gate, "gate")
+    ddof = parse_option(Std, std, "std").ddof
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    if not high > low:
+        raise ValueError(f"need high > low, got low={low}, high={high}")
+    dtype = torch.promote_types(rewards.dtype, scores.dtype)
+    rewards, scores = rewards.to(dtype), scores.to(dtype)
+
+    collapsed = _collapse(rewards, tau)
+    gated = _gate(rewards, gate_kind, tau, low)
+    check_finite("step_scores", scores, mask & gated[:, None, None])
+
+    if scores.shape[-1] == 0:  # no steps at all: one masked step keeps the table below valid
+        scores = scores.new_zeros(scores.shape[:2] + (1,))
+        mask = mask.new_zeros(scores.shape)
+
+    zero = torch.zeros((), dtype=dtype, device=rewards.device)
+    outcome = group_normalise(rewards, None, ddof, eps)
+    # tau > 0 can call a group collapsed whose rewards still differ slightly: it gets 0 too.
+    outcome = torch.where(collapsed.unsqueeze(-1), zero, outcome)
+    step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
+    # One [N, G, S] table serves both branches (a gated group's step advantages, else the
+    # outcome advantage on every step), so the [N, G, T] work is a single gather.
+    table = torch.where(gated[:, None, None], step_adv, outcome.unsqueeze(-1))
+    index = token_step.long() + 1  # padding (-1) reads the leading zero column
+    adv = torch.gather(torch.cat([table.new_zeros(table.shape[:2] + (1,)), table], -1), -1, index)
+
+    stats = _collapse_stats(rewards, tau, low, high)
+    n_gated = gated.sum()
+    gated_steps = (mask.sum(-1) * gated.unsqueeze(-1)).sum()
+    gated_responses = n_gated * rewards.shape[1]
+    prm_flat = gated & ~(step_adv != 0).flatten(1).any(-1)
+    n_tokens = torch.count_nonzero(index)
+    nonzero = torch.count_nonzero(adv)  # padding is exactly 0
+    values = torch.stack(
+        [
+            n_gated.to(torch.float64),
+            (gated_steps / gated_responses.clamp(min=1)).to(torch.float64),
+            prm_flat.sum().to(torch.float64),
+            (nonzero / n_tokens.clamp(min=1)).to(torch.float64),
+            stats["acr"].to(torch.float64),
+            stats["all_wrong_rate"].to(torch.float64),
+            stats["all_correct_rate"].to(torch.float64),
+        ]
+    ).tolist()  # one host sync for every metric
+    metrics = {
+        "gate/gated_groups": int(values[0]),
+        "gate/steps_per_gated_response": values[1],
+        "gate/prm_flat_groups": int(values[2]),
+        "adv/nonzero_frac": values[3],
+        "gate/acr": values[4],
+        "gate/all_wrong_rate": values[5],
+        "gate/all_correct_rate": values[6],
+    }
+    return adv, metrics

@@ -1,0 +1,150 @@
+"""Hand-computed cases T1-T13 of shared/docs/gating-spec.md, for the tensor code and the reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from veristep.gating import (
+    clipped_surrogate,
+    collapse_metrics,
+    future_cumulated_rewards,
+    outcome_advantages,
+    overlong_penalty,
+    process_grpo_advantages,
+    verigate_advantages,
+)
+from veristep.gating import reference as ref
+
+T7_STEPS = [[0.9, 0.5, 0.1], [0.8, 0.2]]
+
+
+def close(actual, expected, tol=1e-4):
+    """Elementwise comparison of a tensor / nested list with a nested list of numbers."""
+    a = actual.tolist() if isinstance(actual, torch.Tensor) else actual
+    assert torch.allclose(
+        torch.tensor(a, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64),
+        atol=tol, rtol=0,
+    ), f"{a} != {expected}"
+
+
+def test_t1_grpo_sample_std():
+    r = torch.tensor([[1.0, 0, 0, 0]])
+    expected = [[1.4997, -0.4999, -0.4999, -0.4999]]
+    close(outcome_advantages(r, "grpo", std="sample", eps=1e-4), expected)
+    close(ref.outcome_advantages([[1.0, 0, 0, 0]], "grpo", ddof=1, eps=1e-4), expected)
+
+
+def test_t2_grpo_population_std():
+    r = torch.tensor([[1.0, 0, 0, 0]])
+    expected = [[1.7321, -0.5774, -0.5774, -0.5774]]
+    close(outcome_advantages(r, "grpo", std="population", eps=1e-6), expected)
+    close(ref.outcome_advantages([[1.0, 0, 0, 0]], "grpo", ddof=0, eps=1e-6), expected)
+
+
+def test_t3_acr():
+    groups = [[0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 1, 0], [0.5, 0.5, 0.5, 0.5]]
+    for m in (collapse_metrics(torch.tensor(groups, dtype=torch.float32)),
+              ref.collapse_metrics(groups)):
+        assert m["acr"] == pytest.approx(0.75)
+        assert m["all_wrong_rate"] == pytest.approx(0.25)
+        assert m["all_correct_rate"] == pytest.approx(0.25)
+
+
+def test_t4_avspo_released_rule():
+    r = torch.tensor([[0.0] * 4, [1.0] * 4])
+    adv = outcome_advantages(r, "avspo", std="sample", eps=1e-4)
+    close(adv, [[-0.44711] * 4, [0.44711] * 4], tol=1e-5)
+    close(ref.outcome_advantages(r.tolist(), "avspo", ddof=1, eps=1e-4), adv.tolist(), tol=1e-6)
+    # Without eps it is exactly -+1/sqrt(5).
+    close(outcome_advantages(r, "avspo", eps=0.0), [[-1 / math.sqrt(5)] * 4, [1 / math.sqrt(5)] * 4], 1e-6)
+
+
+def test_t5_avspo_population_no_eps():
+    adv = outcome_advantages(torch.zeros(1, 4), "avspo", std="population", eps=0.0)
+    close(adv, [[-0.5] * 4], tol=1e-6)
+
+
+def test_t6_avspo_mixed_group_is_grpo():
+    r = torch.tensor([[1.0, 0, 1, 0], [0.3, 0.9, 0.1, 0.2]])
+    for std in ("sample", "population"):
+        for virtual in ("opposite", "fixed", "random"):
+            assert torch.equal(
+                outcome_advantages(r, "avspo", std=std, virtual=virtual),
+                outcome_advantages(r, "grpo", std=std),
+            )
+
+
+def _t7_tensors(rewards):
+    rewards_, scores, mask, token_step = ref.pad_case(
+        [rewards], [T7_STEPS], [[[0, 1, 2], [0, 1]]], dtype=torch.float64
+    )
+    return rewards_, scores, mask, token_step
+
+
+def test_t7_verigate_prm_branch_population():
+    rewards, scores, mask, token_step = _t7_tensors([0.0, 0.0])
+    close(future_cumulated_rewards(scores, mask)[0], [[1.5, 0.6, 0.1], [1.0, 0.2, 0.0]])
+    adv, metrics = verigate_advantages(rewards, scores, mask, token_step, std="population")
+    close(adv[0], [[1.5793, -0.1541, -1.1170], [0.6163, -0.9244, 0.0]])
+    assert metrics["gate/gated_groups"] == 1
+    assert metrics["gate/steps_per_gated_response"] == pytest.approx(2.5)
+    r_adv = ref.prm_step_advantages(T7_STEPS, ddof=0, eps=1e-6)
+    close(r_adv[0], [1.5793, -0.1541, -1.1170])
+    close(r_adv[1], [0.6163, -0.9244])
+
+
+def test_t7b_verigate_prm_branch_sample():
+    rewards, scores, mask, token_step = _t7_tensors([0.0, 0.0])
+    adv, _ = verigate_advantages(rewards, scores, mask, token_step, std="sample")
+    close(adv[0], [[1.4125, -0.1378, -0.9991], [0.5512, -0.8268, 0.0]])
+    r_adv = ref.prm_step_advantages(T7_STEPS, ddof=1, eps=1e-6)
+    close(r_adv[0] + r_adv[1], [1.4125, -0.1378, -0.9991, 0.5512, -0.8268])
+
+
+def test_t8_deepseekmath_process_grpo_differs_from_verigate():
+    _, scores, mask, _ = _t7_tensors([0.0, 0.0])
+    adv = process_grpo_advantages(scores, mask, std="population")
+    close(adv[0], [[0.0, -1.2649, -1.2649], [0.0, -0.9487, 0.0]])
+    r_adv = ref.process_grpo(T7_STEPS, ddof=0, eps=1e-6)
+    close(r_adv[0] + r_adv[1], [0.0, -1.2649, -1.2649, 0.0, -0.9487])
+
+
+def test_t9_mixed_group_ignores_prm():
+    rewards, scores, mask, token_step = _t7_tensors([1.0, 0.0])
+    adv, metrics = verigate_advantages(rewards, scores, mask, token_step, std="population")
+    grpo = outcome_advantages(rewards, "grpo", std="population", eps=1e-6)
+    close(adv[0], [[grpo[0, 0].item()] * 3, [grpo[0, 1].item()] * 2 + [0.0]])
+    assert metrics["gate/gated_groups"] == 0
+    # The PRM scores are not even read for a mixed group: poisoning them changes nothing.
+    adv_nan, _ = verigate_advantages(rewards, scores * torch.nan, mask, token_step)
+    assert torch.equal(adv, adv_nan)
+
+
+def test_t10_sign():
+    r = torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
+    assert outcome_advantages(r, "sign").tolist() == [[1, -1, -1, -1], [-1] * 4, [1] * 4]
+    assert ref.outcome_advantages(r.tolist(), "sign", 1, 1e-4) == [[1, -1, -1, -1], [-1] * 4, [1] * 4]
+
+
+def test_t11_dr_grpo():
+    r = torch.tensor([[1.0, 0, 0, 0]])
+    close(outcome_advantages(r, "dr_grpo"), [[0.75, -0.25, -0.25, -0.25]], tol=1e-7)
+
+
+def test_t12_dapo_overlong():
+    lengths = [16384, 16385, 18432, 20480, 20481]
+    expected = [0.0, -0.000244, -0.5, -1.0, -1.0]
+    close(overlong_penalty(torch.tensor(lengths), 20480, 4096), expected, tol=1e-6)
+    close([ref.overlong_penalty(n, 20480, 4096) for n in lengths], expected, tol=1e-6)
+
+
+def test_t13_clip_higher():
+    rho = torch.tensor([1.35, 0.70, 1.10], requires_grad=True)
+    adv = torch.tensor([1.0, -1.0, 1.0])
+    obj = clipped_surrogate(rho, adv, eps_low=0.2, eps_high=0.28)
+    close(obj.detach(), [1.28, -0.80, 1.10], tol=1e-6)
+    obj.sum().backward()
+    # Clipped terms pass no gradient to the ratio; the unclipped one passes A.
+    close(rho.grad, [0.0, 0.0, 1.0], tol=0)

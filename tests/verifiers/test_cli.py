@@ -289,3 +289,42 @@ def test_bad_reference_is_an_input_error(tmp_path, capsys, exact_cls):
     assert main(["verify", "strict", str(src), "-o", str(out)]) == 1
     assert ":2: bad reference: answer must be a string" in capsys.readouterr().err
     assert len(_read(out)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "sample"),
+    [
+        ("tools", "tools_sample.jsonl"),
+        ("format", "format_sample.jsonl"),
+        ("code", "code_sample.jsonl"),
+    ],
+)
+def test_every_kind_runs_its_shipped_sample_from_the_console(kind, sample, test_data_dir, tmp_path):
+    pytest.importorskip(f"veristep.verifiers.{kind}")
+    src = test_data_dir / sample
+    if not src.exists():
+        pytest.skip(f"{sample} is not in this checkout")
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "veristep",
+            "verify",
+            kind,
+            str(src),
+            "-o",
+            str(out),
+            "--workers",
+            "2",
+            "--batch-size",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = _read(out)
+    assert len(rows) == len(_read(src)) and "items/s" in proc.stderr
+    assert [r["status"] for r in rows] == [r["expected_status"] for r in rows]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ class InputError(ValueError):
         self.reason = reason
         where = f"{self.path}:{line_no}" if line_no is not None else self.path
         super().__init__(f"{where}: {reason}")
+
+
+class OutputError(OSError):
+    """The output could not be written (disk full, closed pipe): a one-line message."""
 
 
 @dataclass
@@ -109,16 +114,39 @@ class JsonlWriter:
 
     def write_many(self, rows: list[dict[str, Any]]) -> None:
         """Write rows, one JSON object per line, and flush so a later crash loses none of them."""
-        if rows:
-            self._handle.write("".join(dumps_line(row) + "\n" for row in rows))
-            self.written += len(rows)
-        self._handle.flush()
+        try:
+            if rows:
+                self._handle.write("".join(dumps_line(row) + "\n" for row in rows))
+                self.written += len(rows)
+            self._handle.flush()
+        except BrokenPipeError:
+            self._silence_stdout()
+            raise OutputError(f"{self._name}: reader closed the pipe") from None
+        except OSError as err:
+            raise OutputError(f"cannot write {self._name}: {err.strerror or err}") from None
+
+    @property
+    def _name(self) -> str:
+        return "<stdout>" if self.path == STDIO else self.path
+
+    def _silence_stdout(self) -> None:
+        # `veristep verify ... | head`: point stdout at /dev/null so the interpreter's final
+        # flush does not print a second BrokenPipeError traceback.
+        if self._handle is sys.stdout:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
     def close(self) -> None:
-        """Flush and close the file (stdout is flushed, not closed)."""
-        self._handle.flush()
-        if self._handle is not sys.stdout:
-            self._handle.close()
+        """Flush and close the file (stdout is flushed, not closed); never raises."""
+        try:
+            self._handle.flush()
+            if self._handle is not sys.stdout:
+                self._handle.close()
+        except BrokenPipeError:
+            self._silence_stdout()
+        except OSError:  # already reported by write_many, or nothing left to lose
+            pass
 
     def __enter__(self) -> JsonlWriter:
         return self

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .base import UNJUDGED, Verifier, VerifyResult
-from .jsonl_io import STDIO, InputError, JsonlWriter, Record, iter_jsonl, require
+from .jsonl_io import STDIO, InputError, JsonlWriter, OutputError, Record, iter_jsonl, require
 
 
 @dataclass
@@ -228,6 +228,8 @@ def run_verify(
             summary.add(results)
             if progress is not None:
                 progress.update(len(batch))
+    except OutputError as err:
+        summary.error = str(err)
     except Exception as err:  # a verifier bug: keep what was written, report one line
         summary.error = summary.error or f"verifier failed: {type(err).__name__}: {err}"
     finally:

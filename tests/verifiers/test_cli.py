@@ -328,3 +328,29 @@ def test_every_kind_runs_its_shipped_sample_from_the_console(kind, sample, test_
     rows = _read(out)
     assert len(rows) == len(_read(src)) and "items/s" in proc.stderr
     assert [r["status"] for r in rows] == [r["expected_status"] for r in rows]
+
+
+def test_unwritable_output_is_a_one_line_error(tmp_path, capsys):
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    src = _write(tmp_path / "in.jsonl", ROWS)
+    assert main(["verify", "exact", str(src), "-o", "/dev/full"]) == 1
+    err = capsys.readouterr().err
+    assert "error: cannot write /dev/full: No space left on device" in err
+
+
+def test_closed_pipe_stops_quietly(tmp_path):
+    # `veristep verify ... | head -1` must end with one error line, not a traceback.
+    pytest.importorskip("veristep.verifiers.format")
+    rows = [dict(ROWS[0], id=i) for i in range(3000)]
+    src = _write(tmp_path / "in.jsonl", rows)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veristep", "verify", "format", str(src), "--batch-size", "10"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "reader closed the pipe" in err and "Traceback" not in err

@@ -113,6 +113,11 @@ def failure_reason(record: dict[str, Any]) -> FailureReason:
     return _STATUS_REASON.get(status, FailureReason.UNKNOWN)
 
 
+def points_at(reason: FailureReason) -> str:
+    """ "checker" for reasons that suggest the verifier is at fault, else "model"."""
+    return "checker" if reason in CHECKER_SUSPECTS else "model"
+
+
 def is_correct(record: dict[str, Any]) -> bool:
     """A sample counts as correct when its `correct` field says so (or, lacking it, its status)."""
     if isinstance(record.get("correct"), bool):
@@ -167,15 +172,6 @@ class AuditReport:
         """Failed samples in all-wrong groups, per reason."""
         return Counter(reason for _, reason, _ in self.failed_samples)
 
-    @property
-    def checker_suspect_share(self) -> float:
-        """Share of failed samples (in all-wrong groups) whose reason points at the checker."""
-        if not self.failed_samples:
-            return 0.0
-        return sum(r in CHECKER_SUSPECTS for _, r, _ in self.failed_samples) / len(
-            self.failed_samples
-        )
-
     def table(self, source: str = "", show_groups: int = 10) -> str:
         """The printed report: overview, one row per reason, and the worst groups explained."""
         n = self.groups or 1
@@ -196,10 +192,9 @@ class AuditReport:
             f"  {'reason':<16}{'samples':>8}{'share':>8}{'groups*':>9}  {'points at':<10}meaning"
         )
         for reason in sorted(counts, key=lambda r: (-counts[r], _PRIORITY.index(r))):
-            blame = "checker" if reason in CHECKER_SUSPECTS else "model"
             lines.append(
                 f"  {reason.value:<16}{counts[reason]:>8}{counts[reason] / total:>8.1%}"
-                f"{dominant.get(reason, 0):>9}  {blame:<10}{REASON_MEANING[reason]}"
+                f"{dominant.get(reason, 0):>9}  {points_at(reason):<10}{REASON_MEANING[reason]}"
             )
         lines.append("  * all-wrong groups in which this is the most frequent reason")
         ordered = sorted(self.all_wrong, key=lambda g: _PRIORITY.index(g.dominant))
@@ -231,8 +226,8 @@ class AuditReport:
             if taken[reason] >= per_reason:
                 continue
             taken[reason] += 1
-            blame = "checker" if reason in CHECKER_SUSPECTS else "model"
-            rows.append({"group": key, "reason": reason.value, "points_at": blame, **record})
+            audit = {"group": key, "reason": reason.value, "points_at": points_at(reason)}
+            rows.append({**audit, **{k: v for k, v in record.items() if k not in audit}})
         return rows
 
 

@@ -72,7 +72,8 @@ def token_step_from_offsets(
     The spec's conventions: a token belongs to the step in which it starts, so a token that
     straddles a boundary goes to the earlier step; text between steps and after the last
     step (separators, EOS) goes to the preceding / last step; text before the first step goes
-    to the first. A response with no valid step maps its tokens to step 0 (which is masked,
+    to the first. Step indices never decrease along a response, so a zero-width token such as
+    EOS (offset (0, 0)) belongs to the step of the token before it. A response with no valid step maps its tokens to step 0 (which is masked,
     so they get advantage 0 but still count as completion tokens). Padding tokens get -1.
     """
     check_shape("token_starts", token_starts, "N, G, T")
@@ -100,4 +101,7 @@ def token_step_from_offsets(
     )
     idx = (idx - 1).clamp(min=0)
     idx = torch.minimum(idx, (n_valid - 1).clamp(min=0))
+    # Tokens come in text order, so a token never belongs to an earlier step than the one
+    # before it: a zero-width token (EOS, offset (0, 0)) takes its predecessor's step.
+    idx = torch.where(tmask, idx, torch.zeros_like(idx)).cummax(dim=-1).values
     return torch.where(tmask, idx, torch.full_like(idx, -1))

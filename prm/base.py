@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 
 @dataclass
@@ -14,6 +15,9 @@ class StepScores:
     spans: list[tuple[int, int]]
     scores: list[float]
     timings: dict[str, float] = field(default_factory=dict)
+    # Steps a model scorer could not read because the trace exceeded its context window; they
+    # carry the scorer's neutral score.
+    truncated_steps: int = 0
 
     def __post_init__(self) -> None:
         if not (len(self.steps) == len(self.spans) == len(self.scores)):

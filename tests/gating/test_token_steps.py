@@ -98,3 +98,16 @@ def test_token_step_from_offsets_matches_brute_force(data, n_resp):
     for i, (st_, tk) in enumerate(rows):
         expected = [max([0] + [j for j, start in enumerate(st_) if start <= pos]) for pos in tk]
         assert out[i] == expected + [-1] * (t - len(tk))
+
+
+def test_zero_width_eos_takes_the_last_step_not_step_zero():
+    # "ab\n\ncd" + EOS: the EOS offset is (0, 0), so its start says 0; it must still belong
+    # to the last step (spec: tokens after the last step belong to the last step).
+    token_starts = torch.tensor([[[0, 1, 2, 3, 4, 5, 0]]])
+    out = token_step_from_offsets(
+        token_starts,
+        torch.ones(1, 1, 7, dtype=torch.bool),
+        torch.tensor([[[0, 4]]]),
+        torch.ones(1, 1, 2, dtype=torch.bool),
+    )
+    assert out[0, 0].tolist() == [0, 0, 0, 0, 1, 1, 1]

@@ -1,0 +1,105 @@
+"""`load_scorer(spec)`: one string names any scorer, for the CLI, the trainer and the benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .base import StepScorer
+
+#: Spec prefixes and what they load.
+SCORER_KINDS = {
+    "rule": "model-free arithmetic checker (veristep.prm.rule.RuleScorer)",
+    "hf": "Qwen2.5-Math-PRM style: <extra_0> separators, 2-class head (hf:PATH)",
+    "token-cls": "AutoModelForTokenClassification in TRL PRMTrainer layout (token-cls:PATH)",
+    "shepherd": "Math-Shepherd causal LM, P(+) vs P(-) at the ' ки' tag (shepherd:PATH)",
+    "scores": "precomputed step scores from a JSONL file (scores:FILE)",
+}
+
+_MODEL_KWARGS = ("separator", "regex", "batch_size", "max_length", "neutral")
+
+
+def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
+    """Build the scorer named by `spec`: rule, hf:PATH, token-cls:PATH, shepherd:PATH, scores:FILE.
+
+    Keyword options go to the scorer (separator, regex, neutral, batch_size, max_length,
+    step_separator, step_token, step_tag, system_prompt, ...); `trust_remote_code=True` lets a
+    checkpoint that ships its own model class load (Qwen2.5-Math-PRM does). A PATH that is not
+    a local folder is treated as a hub name, the only case in which anything is downloaded.
+    """
+    kind, _, target = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind == "rule":
+        from .rule import RuleScorer
+
+        if target:
+            raise ValueError(f"the rule scorer takes no path, got {spec!r}")
+        return RuleScorer(**_only(kw, ("neutral", "separator", "regex")))
+    if kind not in SCORER_KINDS:
+        known = ", ".join(f"{k}{'' if k == 'rule' else ':PATH'}" for k in SCORER_KINDS)
+        raise ValueError(f"unknown scorer spec {spec!r}; use one of {known}")
+    if not target:
+        raise ValueError(f"scorer spec {spec!r} needs a path: {kind}:PATH")
+    if kind == "scores":
+        from .precomputed import PrecomputedScorer
+
+        return PrecomputedScorer(target, **_only(kw, ("separator", "regex")))
+    return _load_model_scorer(kind, target, device, **kw)
+
+
+def _only(kw: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    extra = sorted(set(kw) - set(allowed))
+    if extra:
+        raise ValueError(f"unexpected scorer options {extra}; this scorer accepts {list(allowed)}")
+    return dict(kw)
+
+
+def _load_model_scorer(kind: str, path: str, device: str | None, **kw: Any) -> StepScorer:
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+
+    from .hf import (
+        QwenPRMScorer,
+        ShepherdScorer,
+        TokenClassificationScorer,
+        pick_device,
+        pick_dtype,
+    )
+
+    trust = bool(kw.pop("trust_remote_code", False))
+    dtype = kw.pop("dtype", None)
+    device = pick_device(device)
+    dtype = dtype or pick_dtype(device)
+    extra_keys = {"hf": ("step_token", "system_prompt"), "token-cls": ("step_separator",),
+                  "shepherd": ("step_tag", "good_token", "bad_token")}[kind]
+    options = _only(kw, _MODEL_KWARGS + extra_keys)
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{path} is a file; a {kind}: scorer needs a checkpoint folder")
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+    if kind == "shepherd":
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+        cls = ShepherdScorer
+    else:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+        auto_map = getattr(config, "auto_map", None) or {}
+        if kind == "hf" and "AutoModel" in auto_map:
+            # Qwen2.5-Math-PRM ships its own head; the built-in token-classification class
+            # would load with a different, randomly initialised head.
+            if not trust:
+                raise ValueError(
+                    f"{path} ships its own model code ({auto_map['AutoModel']}); pass "
+                    "trust_remote_code=True (CLI: --trust-remote-code) if you trust it"
+                )
+            model = AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=True)
+        else:
+            model = AutoModelForTokenClassification.from_pretrained(
+                path, dtype=dtype, trust_remote_code=trust
+            )
+        cls = QwenPRMScorer if kind == "hf" else TokenClassificationScorer
+    model.to(device)
+    return cls(model, tokenizer, **options)

@@ -17,11 +17,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,plot]'
 	touch $(STAMP)
 
-# bubblewrap isolates the code sandbox; without root we leave it to the user (see README).
+# The code sandbox needs bubblewrap (isolation), a system Python outside /root (the sandbox
+# user cannot read a pyenv/venv interpreter there) and g++ (C++ tests). Root installs what is
+# missing; otherwise we say what to install (see README).
+SYSDEPS_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) \
+                  $(if $(wildcard /usr/bin/python3),,python3-minimal) \
+                  $(if $(shell command -v g++),,g++))
 sysdeps:
-	@command -v bwrap >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
-	  else echo "note: install bubblewrap (apt-get install bubblewrap) for sandboxed code execution"; fi; }
+	@if [ -n "$(SYSDEPS_MISSING)" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(SYSDEPS_MISSING); \
+	  else echo "note: install $(SYSDEPS_MISSING) (apt-get install ...) for sandboxed code execution"; fi; fi
 
 run: setup
 	$(PY) train/gated_grpo.py

@@ -1,0 +1,307 @@
+"""The built-in step-wise arithmetic task: seeded problems, reference step solutions, noisy demos.
+
+A problem is a chain of operations applied left to right, written with the fewest
+parentheses that make standard precedence agree with that order:
+
+    prompt:   "Compute: (7+8)*5-3\\n"
+    solution: "Step 1: 7+8=15\\nStep 2: 15*5=75\\nStep 3: 75-3=72\\nAnswer: 72"
+
+Every step line holds one exact claim ``a op b = c`` that the rule PRM of `veristep.prm`
+checks, and the final ``Answer:`` line is what the math verifier compares with the reference.
+Sequences stay short (well under 120 characters) because the policy is a character-level model.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+#: Separator between the steps of a solution; configure the PRM splitter with it.
+STEP_SEPARATOR: str = "\n"
+ANSWER_PREFIX: str = "Answer: "
+PROMPT_PREFIX: str = "Compute: "
+OPS: str = "+-*"
+
+_STEP_RE = re.compile(r"^Step (\d+): (-?\d+)([+\-*])(\d+)=(-?\d+)$")
+_ANSWER_RE = re.compile(r"^Answer: (-?\d+)$")
+# Longer numbers are never right in this task; refusing them keeps int() and * cheap and safe.
+_MAX_DIGITS = 30
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """The difficulty knob: how many operations and how large their operands are."""
+
+    min_steps: int = 2
+    max_steps: int = 4
+    #: start value and +/- operands are drawn from [1, max_operand]
+    max_operand: int = 20
+    #: multiplication operands are drawn from [2, max_factor]
+    max_factor: int = 9
+    ops: str = OPS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_steps <= self.max_steps:
+            raise ValueError(
+                f"need 1 <= min_steps <= max_steps, got min_steps={self.min_steps}, "
+                f"max_steps={self.max_steps}"
+            )
+        if self.max_operand < 1:
+            raise ValueError(f"max_operand must be >= 1, got {self.max_operand}")
+        if self.max_factor < 2:
+            raise ValueError(f"max_factor must be >= 2, got {self.max_factor}")
+        if not self.ops or set(self.ops) - set(OPS):
+            raise ValueError(f"ops must be a non-empty subset of {OPS!r}, got {self.ops!r}")
+
+
+#: Named presets, from "nearly always solved" to "rarely solved" by the warm-started model.
+LEVELS: dict[str, Difficulty] = {
+    "easy": Difficulty(min_steps=2, max_steps=2, max_operand=9, max_factor=5),
+    "medium": Difficulty(min_steps=3, max_steps=3, max_operand=20, max_factor=9),
+    "hard": Difficulty(min_steps=4, max_steps=4, max_operand=50, max_factor=9),
+}
+
+
+def difficulty_from_kwargs(**difficulty: Any) -> Difficulty:
+    """Build a `Difficulty` from keywords: a `level` preset name, `steps` (int or (lo, hi)), or fields."""
+    level = difficulty.pop("level", None)
+    if level is not None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+        difficulty = {**asdict(LEVELS[level]), **difficulty}
+    steps = difficulty.pop("steps", None)
+    if steps is not None:
+        lo, hi = (steps, steps) if isinstance(steps, int) else tuple(steps)
+        difficulty["min_steps"], difficulty["max_steps"] = lo, hi
+    known = {f.name for f in fields(Difficulty)}
+    unknown = set(difficulty) - known
+    if unknown:
+        raise ValueError(
+            f"unknown difficulty option(s) {sorted(unknown)}; use level, steps or {sorted(known)}"
+        )
+    return Difficulty(**difficulty)
+
+
+def apply_op(a: int, op: str, b: int) -> int:
+    """Apply one of the task's integer operations."""
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def _draw_chain(rng: random.Random, d: Difficulty) -> tuple[int, list[tuple[str, int]]]:
+    """Draw a start value and a list of (op, operand) with every intermediate value >= 0."""
+    n_steps = rng.randint(d.min_steps, d.max_steps)
+    start = value = rng.randint(1, d.max_operand)
+    chain: list[tuple[str, int]] = []
+    for _ in range(n_steps):
+        op = rng.choice(d.ops)
+        if op == "-" and value < 1:
+            op = "+"  # keep values non-negative so answers never carry a sign
+        if op == "*":
+            operand = rng.randint(2, d.max_factor)
+        elif op == "-":
+            operand = rng.randint(1, min(value, d.max_operand))
+        else:
+            operand = rng.randint(1, d.max_operand)
+        chain.append((op, operand))
+        value = apply_op(value, op, operand)
+    return start, chain
+
+
+def render_expression(start: int, chain: list[tuple[str, int]]) -> str:
+    """Write the chain with the fewest parentheses under standard precedence."""
+    expr, top_op = str(start), None
+    for op, operand in chain:
+        if op == "*" and top_op in ("+", "-"):
+            expr = f"({expr})"
+        expr, top_op = f"{expr}{op}{operand}", op
+    return expr
+
+
+def format_step(index: int, a: int, op: str, b: int, result: int) -> str:
+    """Write one solution step, e.g. ``Step 2: 15*5=75``."""
+    return f"Step {index}: {a}{op}{b}={result}"
+
+
+def _solution_lines(
+    start: int, chain: list[tuple[str, int]], wrong_steps: frozenset[int] = frozenset(),
+    rng: random.Random | None = None,
+) -> tuple[list[str], int]:
+    """Step lines of the chain and the value they end with; steps in `wrong_steps` miscompute."""
+    lines, value = [], start
+    for k, (op, operand) in enumerate(chain):
+        result = apply_op(value, op, operand)
+        if k in wrong_steps:
+            assert rng is not None
+            result = _wrong_value(rng, result)
+        lines.append(format_step(k + 1, value, op, operand, result))
+        value = result  # later steps build on the (possibly wrong) value, as a real slip would
+    return lines, value
+
+
+def _wrong_value(rng: random.Random, value: int) -> int:
+    """A plausible wrong result near `value`, never equal to it and never negative."""
+    delta = rng.choice([d for d in range(-10, 11) if d != 0])
+    wrong = value + delta
+    return wrong if wrong >= 0 else value + abs(delta)
+
+
+def make_problem(rng: random.Random, difficulty: Difficulty) -> dict[str, Any]:
+    """Draw one problem with its reference answer and step-wise reference solution."""
+    start, chain = _draw_chain(rng, difficulty)
+    lines, final = _solution_lines(start, chain)
+    return {
+        "prompt": f"{PROMPT_PREFIX}{render_expression(start, chain)}{STEP_SEPARATOR}",
+        "answer": str(final),
+        "solution": STEP_SEPARATOR.join([*lines, f"{ANSWER_PREFIX}{final}"]),
+        "num_steps": len(chain),
+    }
+
+
+def make_problems(n: int, seed: int, **difficulty: Any) -> list[dict[str, Any]]:
+    """Generate `n` problems deterministically from `seed` (keys prompt, answer, solution, num_steps).
+
+    Difficulty keywords: ``level`` ("easy", "medium", "hard"), ``steps`` (an int or a
+    (min, max) pair), or any `Difficulty` field (min_steps, max_steps, max_operand,
+    max_factor, ops).
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    d = difficulty_from_kwargs(**difficulty)
+    rng = random.Random(f"veristep-arith:{seed}")
+    return [make_problem(rng, d) for _ in range(n)]
+
+
+def make_splits(
+    n_train: int, n_eval: int, seed: int, **difficulty: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Generate a training set and a held-out set with no prompt in common."""
+    d = difficulty_from_kwargs(**difficulty)
+    rng = random.Random(f"veristep-arith-splits:{seed}")
+    seen: set[str] = set()
+    out: list[list[dict[str, Any]]] = [[], []]
+    # A bounded number of draws: tiny difficulty spaces cannot loop forever.
+    for _ in range(20 * (n_train + n_eval) + 100):
+        if len(out[1]) == n_eval and len(out[0]) == n_train:
+            break
+        problem = make_problem(rng, d)
+        if problem["prompt"] in seen:
+            continue
+        seen.add(problem["prompt"])
+        target = 1 if len(out[1]) < n_eval else 0
+        out[target].append(problem)
+    if len(out[0]) < n_train or len(out[1]) < n_eval:
+        raise ValueError(
+            f"difficulty {d} has too few distinct problems for {n_train} + {n_eval}; "
+            "raise max_operand or the number of steps"
+        )
+    return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class NoisyDemo:
+    """A demonstration for the warm start: a completion with known, injected mistakes."""
+
+    prompt: str
+    completion: str
+    answer: str
+    #: indices (0-based) of the steps whose claim was made wrong
+    wrong_steps: tuple[int, ...]
+    #: whether the answer line mis-copies the last step's value
+    wrong_answer: bool
+    #: whether the final answer equals the reference (two slips can in rare cases cancel)
+    correct: bool
+
+
+def make_noisy_demonstrations(
+    problems: list[dict[str, Any]],
+    seed: int,
+    step_error_rate: float = 0.1,
+    answer_error_rate: float = 0.05,
+) -> list[NoisyDemo]:
+    """Write one demonstration per problem; each step is miscomputed with `step_error_rate`.
+
+    A wrong step propagates (later steps compute correctly from the wrong value), so the
+    final answer is wrong too; independently, with `answer_error_rate` the final answer line
+    mis-copies the last step's value although every step is right.
+    """
+    for name, rate in (("step_error_rate", step_error_rate), ("answer_error_rate", answer_error_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {rate}")
+    rng = random.Random(f"veristep-arith-demos:{seed}")
+    demos = []
+    for problem in problems:
+        start, chain = parse_prompt(problem["prompt"])
+        wrong = frozenset(k for k in range(len(chain)) if rng.random() < step_error_rate)
+        lines, value = _solution_lines(start, chain, wrong, rng)
+        wrong_answer = not wrong and rng.random() < answer_error_rate
+        shown = _wrong_value(rng, value) if wrong_answer else value
+        completion = STEP_SEPARATOR.join([*lines, f"{ANSWER_PREFIX}{shown}"])
+        demos.append(
+            NoisyDemo(
+                prompt=problem["prompt"],
+                completion=completion,
+                answer=problem["answer"],
+                wrong_steps=tuple(sorted(wrong)),
+                wrong_answer=wrong_answer,
+                correct=str(shown) == problem["answer"],
+            )
+        )
+    return demos
+
+
+def parse_prompt(prompt: str) -> tuple[int, list[tuple[str, int]]]:
+    """Recover (start, chain) from a task prompt; raises ValueError if it is not one."""
+    expr = prompt.removeprefix(PROMPT_PREFIX).strip().replace("(", "").replace(")", "")
+    tokens = re.findall(r"\d+|[+\-*]", expr)
+    if not tokens or "".join(tokens) != expr or len(tokens) % 2 == 0:
+        raise ValueError(f"not a task prompt: {prompt!r}")
+    start = int(tokens[0])
+    chain = [(tokens[i], int(tokens[i + 1])) for i in range(1, len(tokens), 2)]
+    return start, chain
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """Exact check of a completion in the task's format (independent of the PRM)."""
+
+    #: per step line: True if its claim ``a op b = c`` is arithmetically right
+    steps_correct: list[bool]
+    #: the integer after ``Answer:`` if the completion has such a line
+    answer: int | None
+    #: whether the answer equals the reference
+    correct: bool
+
+
+def check_completion(completion: str, reference: str) -> StepCheck:
+    """Check every step claim and the final answer of a completion exactly; never raises."""
+    steps_correct: list[bool] = []
+    answer: int | None = None
+    for line in completion.split(STEP_SEPARATOR):
+        line = line.strip()
+        if len(max(re.findall(r"\d+", line), key=len, default="")) > _MAX_DIGITS:
+            steps_correct.append(False)
+            continue
+        step = _STEP_RE.match(line)
+        if step:
+            a, op, b, c = int(step[2]), step[3], int(step[4]), int(step[5])
+            steps_correct.append(apply_op(a, op, b) == c)
+            continue
+        final = _ANSWER_RE.match(line)
+        if final:
+            answer = int(final[1])
+            break
+        if line:
+            steps_correct.append(False)  # a line that is neither a step nor the answer
+    try:
+        correct = answer is not None and answer == int(reference)
+    except ValueError:
+        correct = False
+    return StepCheck(steps_correct, answer, correct)

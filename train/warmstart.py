@@ -1,0 +1,309 @@
+"""The warm start: a tiny character-level model taught the arithmetic task from noisy demos.
+
+RL needs a policy that sometimes succeeds. `ensure_warm_start` builds the character
+tokenizer and a tiny Llama-architecture model (veristep.train.tiny), trains it briefly with
+supervised learning on demonstrations that contain injected mistakes (veristep.train.task),
+and saves it, so that its success rate is high on easy prompts and low but not zero on hard
+ones: the regime where GRPO groups collapse. The recipe is shipped, not the weights; the
+result is cached under a hash of the recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .task import LEVELS, check_completion, make_noisy_demonstrations, make_problems
+
+#: Bump when the training code changes what a recipe produces, so old caches are rebuilt.
+RECIPE_VERSION = 1
+META_FILE = "warmstart.json"
+
+
+@dataclass(frozen=True)
+class WarmStartRecipe:
+    """Everything that determines the warm-started model (hashed for the cache)."""
+
+    # model (head dim = hidden_size / num_heads must stay >= 64 for vLLM's CPU kernel)
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    intermediate_size: int = 384
+    # data: demonstrations drawn evenly from these difficulty levels of veristep.train.task
+    levels: tuple[str, ...] = ("easy", "medium", "hard")
+    demos_per_level: int = 4000
+    step_error_rate: float = 0.15
+    answer_error_rate: float = 0.05
+    # optimisation
+    train_steps: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    # evaluation written to warmstart.json (not part of training)
+    eval_per_level: int = 64
+    max_new_tokens: int = 110
+
+    def __post_init__(self) -> None:
+        unknown = [lv for lv in self.levels if lv not in LEVELS]
+        if unknown or not self.levels:
+            raise ValueError(f"levels must be a non-empty subset of {list(LEVELS)}, got {self.levels}")
+        for name in ("demos_per_level", "train_steps", "batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size // self.num_heads < 64:
+            raise ValueError(
+                f"hidden_size/num_heads = {self.hidden_size // self.num_heads} < 64: raise "
+                "hidden_size or lower num_heads (vLLM's CPU attention needs head dim >= 64)"
+            )
+
+
+def recipe_from_kwargs(**recipe: Any) -> WarmStartRecipe:
+    """Build a recipe from keywords, naming any unknown one."""
+    known = {f.name for f in fields(WarmStartRecipe)}
+    unknown = set(recipe) - known
+    if unknown:
+        raise ValueError(f"unknown warm-start option(s) {sorted(unknown)}; known: {sorted(known)}")
+    if "levels" in recipe:
+        recipe["levels"] = tuple(recipe["levels"])
+    return WarmStartRecipe(**recipe)
+
+
+def recipe_hash(recipe: WarmStartRecipe, seed: int) -> str:
+    """A stable hash of the recipe, the seed and the recipe version."""
+    payload = json.dumps(
+        {"version": RECIPE_VERSION, "seed": seed, "recipe": asdict(recipe)}, sort_keys=True
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def ensure_warm_start(out_dir: str | Path, seed: int = 0, **recipe: Any) -> Path:
+    """Return `out_dir` holding the warm-started model and tokenizer, training it if not cached."""
+    out_dir = Path(out_dir)
+    spec = recipe_from_kwargs(**recipe)
+    key = recipe_hash(spec, seed)
+    if _cached(out_dir, key):
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(out_dir.parent / f".{out_dir.name}.lock"):
+        if _cached(out_dir, key):  # another process built it while we waited
+            return out_dir
+        if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / META_FILE).exists():
+            raise ValueError(f"{out_dir} exists and is not a warm-start directory; choose another")
+        tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        meta = train_warm_start(tmp, spec, seed)
+        meta["hash"] = key
+        # The metadata file is written last: its presence marks a complete directory.
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    return out_dir
+
+
+def load_meta(model_dir: str | Path) -> dict[str, Any]:
+    """Read the recipe, hash, timings and evaluation stored with a warm-started model."""
+    return json.loads((Path(model_dir) / META_FILE).read_text())
+
+
+def _cached(out_dir: Path, key: str) -> bool:
+    """Whether `out_dir` holds a complete warm start built from the recipe with hash `key`."""
+    try:
+        return load_meta(out_dir).get("hash") == key and (out_dir / "config.json").exists()
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock, so concurrent callers train the model once."""
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def train_warm_start(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> dict[str, Any]:
+    """Train the tiny model on noisy demonstrations, save it to `out_dir`, return metadata."""
+    import torch
+
+    from .tiny import build_char_tokenizer, build_tiny_causal_lm
+
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    tokenizer = build_char_tokenizer(model_max_length=512)
+    model = build_tiny_causal_lm(
+        tokenizer,
+        hidden_size=recipe.hidden_size,
+        num_layers=recipe.num_layers,
+        num_heads=recipe.num_heads,
+        num_kv_heads=recipe.num_kv_heads,
+        intermediate_size=recipe.intermediate_size,
+        max_position_embeddings=512,
+        seed=seed,
+    )
+    demos = []
+    for i, level in enumerate(recipe.levels):
+        problems = make_problems(recipe.demos_per_level, seed=1000 * seed + i, level=level)
+        demos += make_noisy_demonstrations(
+            problems, seed=1000 * seed + i, step_error_rate=recipe.step_error_rate,
+            answer_error_rate=recipe.answer_error_rate,
+        )
+    input_ids, labels = _encode_demos(tokenizer, [(d.prompt, d.completion) for d in demos])
+    losses = _supervised_train(model, input_ids, labels, tokenizer.pad_token_id, recipe, seed)
+    train_s = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    evaluation = evaluate_levels(
+        model, tokenizer, recipe.levels, n=recipe.eval_per_level, seed=10_000 + seed,
+        max_new_tokens=recipe.max_new_tokens,
+    )
+    eval_s = time.perf_counter() - t1
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return {
+        "recipe": asdict(recipe),
+        "seed": seed,
+        "version": RECIPE_VERSION,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "demo_correct_rate": sum(d.correct for d in demos) / len(demos),
+        "loss_first": losses[0],
+        "loss_last": sum(losses[-20:]) / len(losses[-20:]),
+        "loss_curve": [round(sum(losses[i : i + 25]) / len(losses[i : i + 25]), 4) for i in range(0, len(losses), 25)],
+        "train_seconds": round(train_s, 2),
+        "eval_seconds": round(eval_s, 2),
+        "torch_threads": torch.get_num_threads(),
+        "eval": evaluation,
+    }
+
+
+def _encode_demos(tokenizer, pairs: list[tuple[str, str]]):
+    """Tokenise (prompt, completion) pairs into right-padded ids and completion-only labels."""
+    import torch
+
+    rows, prompt_lens = [], []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt, add_special_tokens=False).input_ids
+        c = tokenizer(completion, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        prompt_lens.append(len(p))
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (row, plen) in enumerate(zip(rows, prompt_lens, strict=True)):
+        input_ids[i, : len(row)] = torch.tensor(row)
+        labels[i, plen : len(row)] = input_ids[i, plen : len(row)]
+    return input_ids, labels
+
+
+def _supervised_train(model, input_ids, labels, pad_id: int, recipe: WarmStartRecipe, seed: int) -> list[float]:
+    """AdamW with linear warm-up and cosine decay on completion tokens; returns the loss curve."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.98)
+    )
+
+    def lr_factor(step: int) -> float:
+        if step < recipe.warmup_steps:
+            return (step + 1) / recipe.warmup_steps
+        progress = (step - recipe.warmup_steps) / max(1, recipe.train_steps - recipe.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    model.train()
+    losses = []
+    for _ in range(recipe.train_steps):
+        idx = torch.randint(0, input_ids.shape[0], (recipe.batch_size,), generator=gen)
+        ids, lab = input_ids[idx], labels[idx]
+        # Trim the batch to its longest row: right padding makes every row start at position 0.
+        width = int((ids != pad_id).sum(1).max())
+        ids, lab = ids[:, :width], lab[:, :width]
+        loss = model(input_ids=ids, attention_mask=(ids != pad_id).long(), labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def generate_completions(
+    model, tokenizer, prompts: list[str], temperature: float, max_new_tokens: int, seed: int = 0
+) -> list[str]:
+    """Generate one completion per prompt (greedy when temperature is 0), decoded without specials."""
+    import torch
+
+    torch.manual_seed(seed)
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature > 0
+        else {"do_sample": False}
+    )
+    with torch.no_grad():
+        out = model.generate(
+            **batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id, **sampling,
+        )
+    return tokenizer.batch_decode(out[:, batch.input_ids.shape[1] :], skip_special_tokens=True)
+
+
+def evaluate_levels(
+    model, tokenizer, levels: tuple[str, ...] | list[str], n: int, seed: int, max_new_tokens: int = 110
+) -> dict[str, dict[str, float]]:
+    """Success rate (exact final answer) and step accuracy per level, greedy and at temperature 1."""
+    result: dict[str, dict[str, float]] = {}
+    for i, level in enumerate(levels):
+        problems = make_problems(n, seed=seed + i, level=level)
+        prompts = [p["prompt"] for p in problems]
+        row: dict[str, float] = {}
+        for mode, temperature in (("greedy", 0.0), ("sampled_t1", 1.0)):
+            completions = generate_completions(
+                model, tokenizer, prompts, temperature, max_new_tokens, seed=seed + i
+            )
+            checks = [check_completion(c, p["answer"]) for c, p in zip(completions, problems, strict=True)]
+            steps = [ok for ch in checks for ok in ch.steps_correct]
+            row[f"{mode}_success"] = sum(ch.correct for ch in checks) / len(checks)
+            row[f"{mode}_step_accuracy"] = sum(steps) / max(1, len(steps))
+        result[level] = row
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build (or reuse) a warm start from the command line and print its evaluation."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-steps", type=int, default=WarmStartRecipe.train_steps)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    path = ensure_warm_start(args.out_dir, seed=args.seed, train_steps=args.train_steps)
+    meta = load_meta(path)
+    print(f"warm start in {path} ({time.perf_counter() - t0:.1f}s this call)")
+    print(json.dumps({k: v for k, v in meta.items() if k != "recipe"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

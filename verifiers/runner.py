@@ -184,9 +184,18 @@ def batched(
         yield batch
 
 
+#: Result fields a verifier sets on some items and not on others (`detail` only when there is
+#: one, `numeric_close` only when true). An input line that was verified before loses its old
+#: values, so a re-verified line never mixes a fresh status with a stale field.
+PREVIOUS_RESULT_KEYS = frozenset(
+    {"reward", "correct", "status", "extracted", "detail", "numeric_close"}
+)
+
+
 def output_row(item: Item, result: VerifyResult) -> dict[str, Any]:
-    """An output line: every input key, then the verifier's record fields (these win on clashes)."""
-    return {**item.record.data, **result.to_record()}
+    """An output line: the input keys (less earlier results), then the verifier's record fields."""
+    kept = {k: v for k, v in item.record.data.items() if k not in PREVIOUS_RESULT_KEYS}
+    return {**kept, **result.to_record()}
 
 
 def count_lines(path: str | Path) -> int | None:

@@ -36,14 +36,14 @@ def test_shipped_sample_explains_its_all_wrong_groups(sample, tmp_path, capsys):
     assert "groups: 6" in out and "all-wrong: 4 (66.7%)" in out and "all-correct: 1" in out
     # p1: right answer in decimals judged unequal -> the checker's tolerance is suspect.
     assert (
-        "group p1 (4 samples): numeric_close x4; e.g. extracted '4.667' vs reference '\\frac{14}{3}'"
-        in out
-    )
+        "group p1 (4 samples): numeric_close x3, mismatch x1; "
+        "e.g. extracted '4.667' vs reference '\\frac{14}{3}'"
+    ) in out
     assert "possible tolerance problem" in out
     assert "group p3 (4 samples): no_answer x4; e.g. extracted nothing vs reference '27'" in out
     assert "group p5 (4 samples): mismatch x4" in out
     assert "group p2" not in out and "group p4" not in out  # mixed and all-correct groups
-    assert "8 of 16 failed samples (50%) point at the checker" in out
+    assert "7 of 16 failed samples (44%) point at the checker" in out
     rows = _read(examples)
     assert len(rows) == 16 and {r["group"] for r in rows} == {"p1", "p3", "p5", "p6"}
     # Checker suspects come first in the file, each row keeps the rollout's own keys.
@@ -159,14 +159,14 @@ def test_no_all_wrong_groups(tmp_path, capsys):
 
 
 def test_math_verifier_agrees_with_the_shipped_results(sample, tmp_path, capsys):
+    # The shipped results are the math verifier's: re-verifying gives the same audit.
     pytest.importorskip("veristep.verifiers.math")
     examples = tmp_path / "e.jsonl"
+    assert main(["audit", str(sample), "--examples", str(examples)]) == 0
+    stored = capsys.readouterr().out.splitlines()[:-1]  # all but the "wrote ..." line
     code = main(
         ["audit", str(sample), "--kind", "math", "--workers", "1", "--examples", str(examples)]
     )
     assert code == 0
-    out = capsys.readouterr().out
-    assert "group p1 (4 samples): numeric_close x4" in out
-    assert "group p3 (4 samples): no_answer x4" in out
-    assert "group p5 (4 samples): mismatch x4" in out
-    assert "group p2" not in out and "group p4" not in out
+    assert capsys.readouterr().out.splitlines()[:-1] == stored
+    assert "  group p1 (4 samples): numeric_close x3, mismatch x1" in "\n".join(stored)

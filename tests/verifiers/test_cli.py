@@ -354,3 +354,12 @@ def test_closed_pipe_stops_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "reader closed the pipe" in err and "Traceback" not in err
+
+
+def test_reverifying_replaces_earlier_result_fields(tmp_path):
+    stale = dict(ROWS[0], status="wrong", reward=0.0, numeric_close=True, detail="old", keep=1)
+    src, out = _write(tmp_path / "in.jsonl", [stale]), tmp_path / "out.jsonl"
+    assert main(["verify", "exact", str(src), "-o", str(out)]) == 0
+    (row,) = _read(out)
+    assert row["status"] == "correct" and row["reward"] == 1.0 and row["keep"] == 1
+    assert "numeric_close" not in row and "detail" not in row

@@ -37,6 +37,14 @@ def _rows(source: Path, n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _shown(path: Path) -> str:
+    """The path relative to the checkout when it is inside it (results stay portable)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _default_input() -> Path:
     math500 = ROOT / "tests" / "data" / "math500_test.jsonl"
     return math500 if math500.exists() else ROOT / "tests" / "data" / "audit_sample.jsonl"
@@ -220,7 +228,7 @@ def main() -> int:
         json.dumps(
             {
                 "kind": args.kind,
-                "input": str(args.input),
+                "input": _shown(args.input),
                 "repeats": args.repeats,
                 "n": len(rows),
                 "batch_size": args.batch_size,

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from veristep.verifiers.base import UNJUDGED, Verifier, VerifyResult
+from veristep.verifiers.base import Verifier, VerifyResult
 from veristep.verifiers.registry import get_verifier
 from veristep.verifiers.runner import completion_text
 
@@ -89,7 +89,7 @@ class TRLRewardFunction:
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
         results = self.verifier.verify_batch(texts, self.references(len(texts), columns))
         self._log(results, kwargs)
-        return [None if r.status in UNJUDGED else float(r.reward) for r in results]
+        return [None if not r.judged else float(r.reward) for r in results]
 
     def _log(self, results: list[VerifyResult], kwargs: dict[str, Any]) -> None:
         # TRL >= 1.x passes these hooks; older versions do not, and then nothing is logged.
@@ -98,7 +98,7 @@ class TRLRewardFunction:
             n = len(results)
             log_metric(f"{self.__name__}/correct_frac", sum(r.correct for r in results) / n)
             log_metric(
-                f"{self.__name__}/unjudged_frac", sum(r.status in UNJUDGED for r in results) / n
+                f"{self.__name__}/unjudged_frac", sum(not r.judged for r in results) / n
             )
         if callable(log_extra):
             log_extra(f"{self.__name__}_status", [r.status.value for r in results])
@@ -325,7 +325,7 @@ def verl_score(result: VerifyResult, kind: str) -> dict[str, Any]:
 
     verl needs a number in "score", so an unjudged item scores 0.0 with judged=False.
     """
-    judged = result.status not in UNJUDGED
+    judged = bool(result.judged)
     return {
         "score": float(result.reward) if judged else 0.0,
         "acc": bool(result.correct),

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import UNJUDGED, Verifier, VerifyResult
+from .base import Verifier, VerifyResult
 from .registry import get_verifier
 
 
@@ -113,7 +113,7 @@ class WeightedVerifier:
 
     def _combine(self, results: list[VerifyResult]) -> VerifyResult:
         primary = results[0]
-        unjudged = next((r for r in results if r.status in UNJUDGED), None)
+        unjudged = next((r for r in results if not r.judged), None)
         status = unjudged.status if unjudged is not None else primary.status
         parts = {
             c.name: {"reward": r.reward, "status": r.status.value, "weight": c.weight}

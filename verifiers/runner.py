@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .base import UNJUDGED, Verifier, VerifyResult
+from .base import Verifier, VerifyResult
 from .jsonl_io import STDIO, InputError, JsonlWriter, OutputError, Record, iter_jsonl, require
 
 
@@ -54,7 +54,7 @@ class RunSummary:
         for result in results:
             self.status_counts[result.status.value] += 1
             self.reward_sum += float(result.reward)
-            self.judged += result.status not in UNJUDGED
+            self.judged += bool(result.judged)
 
     def table(self) -> str:
         """A plain-text summary: header line, then one row per status, most frequent first."""

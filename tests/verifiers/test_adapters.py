@@ -328,3 +328,11 @@ def test_verl_and_trl_tools_when_available():
     call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
     completion = [{"role": "assistant", "content": "", "tool_calls": [call]}]
     assert f([completion], tools=[_WEATHER_TOOLS], expected=[truth["expected"]]) == [1.0]
+
+
+def test_a_slow_program_scores_zero_but_a_slow_checker_is_unjudged():
+    from veristep.verifiers import Status, VerifyResult
+
+    assert VerifyResult(0.0, False, Status.TIMEOUT).judged is False  # the checker gave up
+    assert VerifyResult(0.0, False, Status.TIMEOUT, judged=True).judged is True
+    assert VerifyResult(0.0, False, Status.WRONG).judged is True

@@ -313,7 +313,8 @@ class CodeVerifier:
             detail += f"; test {first_failure.index}: {first_failure.status.value}"
             if first_failure.detail:
                 detail += f" ({first_failure.detail})"
-        return VerifyResult(reward, correct, status, detail, code, run.timings, extra)
+        # Every test ran to a verdict, a time-out included: the program was too slow, not the checker.
+        return VerifyResult(reward, correct, status, detail, code, run.timings, extra, judged=True)
 
     def _run_tests(self, code: str, reference: CodeReference, language: Language) -> _Run:
         run = _Run()

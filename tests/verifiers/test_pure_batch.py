@@ -18,7 +18,7 @@ def test_slow_item_times_out_and_the_rest_still_finish():
         results = runner.run([0.0, 30.0, 0.0, 0.0])
         assert time.monotonic() - start < 25  # the 30 s item was cut off, not waited for
         assert [r.outcome for r in results] == [Outcome.OK, Outcome.TIMEOUT, Outcome.OK, Outcome.OK]
-        assert "time limit" in results[1].message
+        assert "time limit" in results[1].detail
         # the killed worker was replaced: the runner keeps working
         assert [r.outcome for r in runner.run([0.0, 0.0, 0.0])] == [Outcome.OK] * 3
     finally:
@@ -40,7 +40,7 @@ def test_errors_are_per_item_and_results_keep_input_order():
         Outcome.OK,
     ]
     assert [r.value for r in results if r.outcome is Outcome.OK] == [2.0, 3.0, 4.0, 5.0]
-    assert "ValueError" in results[1].message
+    assert "ValueError" in results[1].detail
 
 
 @pytest.mark.timeout(120)
@@ -51,7 +51,7 @@ def test_a_worker_that_dies_is_reported_and_replaced():
     finally:
         runner.close()
     assert [r.outcome for r in results] == [Outcome.ERROR, Outcome.ERROR]
-    assert "died" in results[0].message
+    assert "died" in results[0].detail
 
 
 def test_inline_mode_and_configuration_errors():
@@ -87,7 +87,7 @@ def test_a_dying_chunk_is_retried_item_by_item():
     finally:
         runner.close()
     assert [r.value for r in results] == [1, 2, None, 4, 5, 6, 7, 8]
-    assert results[2].outcome is Outcome.ERROR and "died" in results[2].message
+    assert results[2].outcome is Outcome.ERROR and "died" in results[2].detail
 
 
 def _exit_on_negative(x: int) -> int:

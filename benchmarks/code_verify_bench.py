@@ -1,0 +1,311 @@
+"""Throughput of code verification: bare subprocess vs in-process exec vs veristep's sandbox.
+
+The same generated Python programs (correct, wrong, crashing, timing out) and stdin/stdout
+tests run three ways, each with the same number of parallel workers:
+
+  (a) subprocess: `subprocess.run([python, "-I", file])` per test, no isolation;
+  (b) exec:       `exec` in a worker process per program with redirected stdio and an alarm,
+                  as most open graders do (no isolation at all, not even a process per test);
+  (c) veristep:   `CodeVerifier.verify_batch` (one sandbox per program, one fresh process
+                  per test) at the best isolation level available.
+
+All three use the interpreter the sandbox uses, and the same output comparison. Prints a table
+(programs/s, tests/s, ratio to (a)) and writes it to benchmarks/results/code_verify_bench.json.
+
+    python benchmarks/code_verify_bench.py --programs 240 --tests 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from veristep.verifiers.code import CodeVerifier, outputs_match
+
+
+@dataclass(frozen=True)
+class Program:
+    """One generated program with its tests and the verdict it was written to get."""
+
+    code: str
+    tests: tuple[tuple[str, str], ...]
+    kind: str  # correct | wrong | crash | timeout
+
+
+# Each problem: (input generator, reference solution, correct code, wrong code).
+def _ints(rng: random.Random) -> str:
+    return " ".join(str(rng.randint(-1000, 1000)) for _ in range(rng.randint(1, 30)))
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice("abcdeiou xyz") for _ in range(rng.randint(1, 40))).strip() or "a"
+
+
+_PROBLEMS = [
+    (_ints, lambda s: str(sum(map(int, s.split()))),
+     "print(sum(map(int, input().split())))",
+     "xs = list(map(int, input().split()))\nprint(sum(xs[1:]))"),
+    (_ints, lambda s: str(max(map(int, s.split()))),
+     "print(max(map(int, input().split())))",
+     "print(min(map(int, input().split())))"),
+    (_ints, lambda s: " ".join(map(str, sorted(map(int, s.split())))),
+     "print(*sorted(map(int, input().split())))",
+     "print(*sorted(map(int, input().split()), reverse=True))"),
+    (_word, lambda s: s[::-1],
+     "print(input()[::-1])",
+     "print(input())"),
+    (_word, lambda s: str(sum(c in "aeiou" for c in s)),
+     "print(sum(c in 'aeiou' for c in input()))",
+     "print(sum(c in 'aeio' for c in input()))"),
+    (lambda r: str(r.randint(1, 80)),
+     lambda s: str(_fib(int(s))),
+     "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)",
+     "n = int(input())\na, b = 1, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)"),
+    (lambda r: str(r.randint(2, 10**6)),
+     lambda s: "yes" if _is_prime(int(s)) else "no",
+     "n = int(input())\nprint('yes' if n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1)) "
+     "else 'no')",
+     "n = int(input())\nprint('yes' if n % 2 else 'no')"),
+    (lambda r: f"{r.randint(1, 10**9)} {r.randint(1, 10**9)}",
+     lambda s: str(_gcd(*map(int, s.split()))),
+     "import math\na, b = map(int, input().split())\nprint(math.gcd(a, b))",
+     "a, b = map(int, input().split())\nprint(min(a, b))"),
+    (lambda r: str(r.randint(0, 2000)),
+     lambda s: str(_fact_mod(int(s))),
+     "n = int(input())\nr = 1\nfor i in range(2, n + 1):\n    r = r * i % 1000000007\nprint(r)",
+     "n = int(input())\nr = 1\nfor i in range(2, n):\n    r = r * i % 1000000007\nprint(r)"),
+    (_word, lambda s: str(len(s.split())),
+     "print(len(input().split()))",
+     "print(input().count(' '))"),
+]
+
+_CRASHES = [
+    "xs = input().split()\nprint(xs[len(xs)])",
+    "print(int(input()) / 0)",
+    "import sys\nsys.exit(3)",
+    "raise RuntimeError('boom')",
+]
+_TIMEOUTS = ["while True:\n    pass", "import time\ntime.sleep(60)"]
+
+
+def _fib(n: int) -> int:
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+def _is_prime(n: int) -> bool:
+    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _fact_mod(n: int) -> int:
+    r = 1
+    for i in range(2, n + 1):
+        r = r * i % 1000000007
+    return r
+
+
+def generate_programs(count: int, tests: int, timeout_share: float, seed: int) -> list[Program]:
+    """Mixed programs: 1 - timeout_share split 65:20:15 into correct, wrong and crashing."""
+    rng = random.Random(seed)
+    programs = []
+    n_timeouts = round(count * timeout_share)
+    for i in range(count):
+        gen, solve, good, bad = _PROBLEMS[i % len(_PROBLEMS)]
+        cases = []
+        for _ in range(tests):
+            stdin = gen(rng)
+            cases.append((stdin + "\n", solve(stdin) + "\n"))
+        if i < n_timeouts:
+            kind, code = "timeout", _TIMEOUTS[i % len(_TIMEOUTS)]
+        else:
+            roll = rng.random()
+            if roll < 0.65:
+                kind, code = "correct", good
+            elif roll < 0.85:
+                kind, code = "wrong", bad
+            else:
+                kind, code = "crash", rng.choice(_CRASHES)
+        programs.append(Program(code + "\n", tuple(cases), kind))
+    rng.shuffle(programs)
+    return programs
+
+
+# ---- (a) bare subprocess per test --------------------------------------------------------------
+def _subprocess_program(args: tuple[Program, str, float]) -> int:
+    program, python, timeout = args
+    passed = 0
+    with tempfile.TemporaryDirectory(prefix="bench-") as folder:
+        path = os.path.join(folder, "main.py")
+        Path(path).write_text(program.code)
+        for stdin, expected in program.tests:
+            try:
+                done = subprocess.run([python, "-I", path], input=stdin, cwd=folder,
+                                      capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                continue
+            passed += done.returncode == 0 and outputs_match(done.stdout, expected)
+    return passed
+
+
+# ---- (b) in-process exec, the common grader pattern ---------------------------------------------
+class _Alarm(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _Alarm()
+
+
+def _exec_program(args: tuple[Program, float]) -> int:
+    program, timeout = args
+    signal.signal(signal.SIGALRM, _on_alarm)
+    passed = 0
+    compiled = compile(program.code, "main.py", "exec")
+    for stdin, expected in program.tests:
+        out = io.StringIO()
+        ok = True
+        old_stdin = sys.stdin
+        sys.stdin = io.StringIO(stdin)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compiled, {"__name__": "__main__"})
+        except SystemExit as exc:
+            ok = exc.code in (None, 0)
+        except BaseException:  # noqa: B036 - the program's failure, counted as a failed test
+            ok = False
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            sys.stdin = old_stdin
+        passed += ok and outputs_match(out.getvalue(), expected)
+    return passed
+
+
+# ---- driver -------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """One method's throughput on the program set."""
+
+    method: str
+    isolation: str
+    seconds: float
+    programs_per_s: float
+    tests_per_s: float
+    ratio_to_subprocess: float
+    tests_passed: int
+
+
+def run_methods(programs: list[Program], workers: int, timeout: float,
+                verifier: CodeVerifier, rounds: int) -> list[Row]:
+    """Time the three methods on `programs`; returns one row per method.
+
+    The programs are cut into `rounds` slices and the methods take turns on each slice, in a
+    rotating order, so that load changes on a shared machine hit every method alike.
+    """
+    n_tests = sum(len(p.tests) for p in programs)
+    python = verifier.sandbox.python
+    seconds = {"subprocess": 0.0, "exec": 0.0, "veristep": 0.0}
+    passed = dict.fromkeys(seconds, 0)
+    with ThreadPoolExecutor(workers) as threads, ProcessPoolExecutor(workers) as processes:
+        list(processes.map(_exec_program, [(programs[0], timeout)] * workers))  # warm up
+
+        def by_subprocess(chunk: list[Program]) -> int:
+            return sum(threads.map(_subprocess_program, [(p, python, timeout) for p in chunk]))
+
+        def by_exec(chunk: list[Program]) -> int:
+            return sum(processes.map(_exec_program, [(p, timeout) for p in chunk]))
+
+        def by_veristep(chunk: list[Program]) -> int:
+            verdicts = verifier.verify_batch(
+                [p.code for p in chunk],
+                [{"tests": [{"stdin": i, "stdout": o} for i, o in p.tests]} for p in chunk],
+            )
+            return sum(v.extra["passed"] for v in verdicts)
+
+        methods = [("subprocess", by_subprocess), ("exec", by_exec), ("veristep", by_veristep)]
+        for r in range(rounds):
+            chunk = programs[r::rounds]
+            for name, run in methods[r % 3:] + methods[: r % 3]:
+                t0 = time.perf_counter()
+                passed[name] += run(chunk)
+                seconds[name] += time.perf_counter() - t0
+    base = seconds["subprocess"]
+    isolation = {"subprocess": "none", "exec": "none", "veristep": verifier.isolation.value}
+    return [
+        Row(name, isolation[name], round(sec, 3), round(len(programs) / sec, 1),
+            round(n_tests / sec, 1), round(base / sec, 2), passed[name])
+        for name, sec in seconds.items()
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark from the command line; prints a table and writes JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=240, help="programs per set (>= 200)")
+    parser.add_argument("--tests", type=int, default=5, help="stdin/stdout tests per program")
+    parser.add_argument("--timeout", type=float, default=1.0, help="per-test wall limit (s)")
+    parser.add_argument("--timeout-share", type=float, default=0.03,
+                        help="share of programs that loop forever in the mixed set")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="slices the methods take turns on (evens out machine load)")
+    parser.add_argument("--isolation", choices=["bwrap", "namespaces", "rlimits-only"],
+                        help="isolation level for veristep (default: the best available)")
+    parser.add_argument("--sandbox-reuse", type=int, default=256,
+                        help="completions per sandbox (1: a fresh sandbox per program)")
+    parser.add_argument("--allow-unsandboxed", action="store_true",
+                        help="allow rlimits-only isolation when nothing stronger runs here")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent / "results" / "code_verify_bench.json")
+    args = parser.parse_args(argv)
+
+    verifier = CodeVerifier(workers=args.workers, timeout=args.timeout,
+                            isolation=args.isolation, allow_unsandboxed=args.allow_unsandboxed,
+                            sandbox_reuse=args.sandbox_reuse)
+    sets = {
+        "mixed": generate_programs(args.programs, args.tests, args.timeout_share, args.seed),
+        "no-timeouts": generate_programs(args.programs, args.tests, 0.0, args.seed),
+    }
+    verifier.verify_batch(["print(1)"] * args.workers, [{"tests": [{"stdout": "1"}]}] * args.workers)
+    report = {"config": {k: str(v) for k, v in vars(args).items()},
+              "python": verifier.sandbox.python, "sets": {}}
+    print(f"{'set':<12} {'method':<11} {'isolation':<13} {'seconds':>8} {'prog/s':>8} "
+          f"{'tests/s':>8} {'x subproc':>9} {'passed':>7}")
+    for name, programs in sets.items():
+        kinds = {k: sum(p.kind == k for p in programs) for k in
+                 ("correct", "wrong", "crash", "timeout")}
+        rows = run_methods(programs, args.workers, args.timeout, verifier, args.rounds)
+        report["sets"][name] = {"programs": len(programs), "kinds": kinds,
+                                "rows": [asdict(r) for r in rows]}
+        for r in rows:
+            print(f"{name:<12} {r.method:<11} {r.isolation:<13} {r.seconds:>8.2f} "
+                  f"{r.programs_per_s:>8.1f} {r.tests_per_s:>8.1f} "
+                  f"{r.ratio_to_subprocess:>9.2f} {r.tests_passed:>7}")
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Small, real verifiers for trainer tests, where a random tiny model must earn mixed rewards.
+
+Loaded by the trainer through `verifier="<this file>:Class"` (the user-class hook of
+veristep.train.rewards), so the tests exercise the same path a user's custom verifier takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from veristep.verifiers.base import Status, VerifyResult
+
+
+class FirstCharVerifier:
+    """Reward 1 when the completion's first character is one of the reference's characters."""
+
+    kind = "first_char"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Judge one completion."""
+        ok = bool(completion) and completion[0] in str(reference)
+        return VerifyResult(float(ok), ok, Status.CORRECT if ok else Status.WRONG)
+
+    def verify_batch(self, completions: Sequence[str], references: Sequence[Any]) -> list[VerifyResult]:
+        """Judge many completions."""
+        return [self.verify(c, r) for c, r in zip(completions, references, strict=True)]
+
+    def reference_from_record(self, record: dict[str, Any]) -> Any:
+        """The allowed first characters."""
+        return record["answer"]
+
+
+class NeverCorrectVerifier(FirstCharVerifier):
+    """Reward 0 for everything: a deliberately collapsed (all-wrong) batch."""
+
+    kind = "never"
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Judge one completion (always wrong)."""
+        return VerifyResult(0.0, False, Status.WRONG)

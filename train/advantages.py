@@ -1,0 +1,70 @@
+"""Advantage method dispatch: which groups need the PRM, and token-level advantages per method.
+
+All the estimators live in `veristep.gating`; this module only maps a config's `advantage`
+name onto them and shapes the results as `[N, G, T]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from veristep import gating
+
+#: Outcome-only methods and the `veristep.gating.outcome_advantages` method each uses.
+OUTCOME_METHOD = {"grpo": "grpo", "dapo": "grpo", "dr_grpo": "dr_grpo", "sign": "sign",
+                  "wapo": "wapo", "avspo": "avspo"}
+
+
+def prm_groups(method: str, rewards: torch.Tensor, tau: float, gate: str) -> list[int]:
+    """Indices of the groups whose completions the PRM must score (rewards `[N, G]`).
+
+    VeriGate: exactly the groups `veristep.gating.gate_mask` sends to its PRM branch, so
+    the PRM runs on nothing the gate will not read; prm_as_outcome: every group.
+    """
+    if method == "prm_as_outcome":
+        return list(range(rewards.shape[0]))
+    if method != "verigate":
+        return []
+    sent = gating.gate_mask(rewards, gate=gate, tau=tau, low=0.0)
+    return [int(i) for i in torch.nonzero(sent).flatten()]
+
+
+def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
+                       steps: Any | None = None, keep: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token advantages `[N, G, T]` and metrics for `cfg.advantage`.
+
+    `rewards` `[N, G]`; `token_mask` `[N, G, T]` (1 on completion tokens); `steps` is the
+    `StepTensors` of the PRM for verigate and prm_as_outcome; `keep` `[N, G]` bool zeroes
+    the advantages of the completions left out of the loss (e.g. truncated ones).
+    """
+    method = cfg.advantage
+    metrics: dict[str, float] = {}
+    if method == "verigate":
+        adv, gate_metrics = gating.verigate_advantages(
+            rewards, steps.step_scores, steps.step_mask, steps.token_step, gate=cfg.gate,
+            tau=cfg.tau, std=cfg.adv_std, eps=cfg.adv_eps, centre_scores=cfg.centre_scores)
+        metrics.update({k: float(v) for k, v in gate_metrics.items()})
+    else:
+        if method == "prm_as_outcome":
+            rewards = gating.prm_as_outcome_rewards(steps.step_scores, steps.step_mask, agg=cfg.prm_agg)
+            outcome = "grpo"
+        else:
+            outcome = OUTCOME_METHOD[method]
+        opts = {"virtual": cfg.avspo_virtual} if outcome == "avspo" else {}
+        seq_adv = gating.outcome_advantages(rewards, method=outcome, std=cfg.adv_std, eps=cfg.adv_eps, **opts)
+        adv = gating.broadcast_to_tokens(seq_adv, token_mask)
+    adv = torch.nan_to_num(adv.float(), nan=0.0, posinf=0.0, neginf=0.0) * token_mask
+    if keep is not None:
+        adv = adv * keep.unsqueeze(-1).to(adv.dtype)
+    real = token_mask.sum().clamp(min=1)
+    metrics["adv/nonzero_frac"] = float(((adv != 0).float() * token_mask).sum() / real)
+    metrics["adv/abs_mean"] = float(adv.abs().sum() / real)
+    return adv, metrics
+
+
+def winner_groups(adv: torch.Tensor) -> torch.Tensor:
+    """WAPO: bool `[N]`, groups with at least one positive advantage (its loss divisor counts them)."""
+    return (adv > 0).flatten(1).any(dim=1)

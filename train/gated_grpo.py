@@ -1,0 +1,672 @@
+"""GRPO with VeriGate advantage gating, as one readable loop.
+
+    rollout -> rewards -> gate -> PRM on gated groups only -> advantages -> loss -> step -> log
+
+With no arguments it trains a tiny warm-started model on the built-in step-wise arithmetic task
+on CPU in a few minutes and prints a summary. On a GPU, point it at your model and data:
+
+    python train/gated_grpo.py --model Qwen/Qwen2.5-1.5B-Instruct --dataset my_math.jsonl \
+        --chat-template --rollout vllm --output-dir runs/my_run
+
+Every flag is a field of `veristep.train.config.Config` (`--help` lists them); `--config x.yaml`
+loads a YAML file of the same fields. Several GPUs: `torchrun --nproc-per-node 8 train/gated_grpo.py ...`.
+This file is also run as a script, so it imports with absolute names only.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python train/gated_grpo.py`, Python puts train/ first on sys.path, where config.py,
+# data.py, loss.py ... would shadow any top-level module of the same name. Take it off.
+if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from veristep.train.advantages import compute_advantages, prm_groups, winner_groups  # noqa: E402
+from veristep.train.checkpoint import (  # noqa: E402
+    StopFlag,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from veristep.train.config import PRM_METHODS, Config, ConfigError, parse_args  # noqa: E402
+from veristep.train.data import PromptSampler, load_train_and_eval  # noqa: E402
+from veristep.train.distributed import (  # noqa: E402
+    DistInfo,
+    all_reduce,
+    gather_rows,
+    grad_sync,
+    setup,
+    shard,
+    teardown,
+    unwrap,
+    wrap_model,
+)
+from veristep.train.logprobs import (  # noqa: E402
+    PolicyBatch,
+    collate,
+    completion_logits,
+    logprobs_from_logits,
+    token_logprobs,
+)
+from veristep.train.loss import aggregation_weights, clipped_policy_loss  # noqa: E402
+from veristep.train.rewards import OutcomeRewarder, prm_step_tensors  # noqa: E402
+from veristep.train.rollout import Rollouts, build_engine, iter_chunks  # noqa: E402
+from veristep.train.tracking import STEP_METRICS, MetricsLogger  # noqa: E402
+
+from veristep import gating  # noqa: E402
+
+
+def train(cfg: Config) -> dict[str, Any]:
+    """Run a whole training job; return the final summary (also written to summary.json)."""
+    cfg.validate()
+    _quiet_libraries()
+    info = setup(cfg.device)
+    if cfg.prompts_per_step % info.world_size:
+        raise ConfigError(f"prompts_per_step={cfg.prompts_per_step}: must divide by the number of "
+                          f"processes ({info.world_size})")
+    if cfg.prompts_per_step // info.world_size < cfg.mini_batches:
+        raise ConfigError(f"mini_batches={cfg.mini_batches}: each process holds only "
+                          f"{cfg.prompts_per_step // info.world_size} groups per step")
+    _seed_everything(cfg.seed * 1000 + info.rank)
+    out = Path(cfg.output_dir)
+    t_start = time.perf_counter()
+    G, device = cfg.group_size, info.device
+
+    # ---- models: the policy pi_theta (also the rollout weights) and, only if KL is on, pi_ref
+    model_path = _resolve_model(cfg, info)
+    tokenizer = _load_tokenizer(cfg.tokenizer or model_path)
+    dtype = _resolve_dtype(cfg.dtype, device)
+    policy = _load_model(model_path, dtype, device)
+    if cfg.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+    ref_model = None
+    if cfg.kl_coef > 0:
+        ref_model = _load_model(cfg.ref_model or model_path, dtype, device).eval().requires_grad_(False)
+    model = wrap_model(policy, info, cfg.fsdp)
+    optimizer = _make_optimizer(cfg, model)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
+
+    # ---- data, verifiers, PRM, prompt pools, rollout engine
+    train_set, eval_set = load_train_and_eval(cfg, tokenizer)
+    rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
+    train_refs = rewarder.references([p.record for p in train_set])
+    eval_refs = rewarder.references([p.record for p in eval_set])
+    train_ids = _tokenize_prompts([p.model_input for p in train_set], tokenizer, cfg)
+    eval_ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
+    scorer = None
+    if cfg.advantage in PRM_METHODS:
+        from veristep.prm import load_scorer
+
+        separator = cfg.prm_separator
+        if separator is None and cfg.dataset.startswith("builtin:arith"):
+            from veristep.train.task import STEP_SEPARATOR as separator
+        options = {"separator": separator} if separator else {}
+        scorer = load_scorer(cfg.prm, device=cfg.prm_device or str(device), **options)
+    sampler = PromptSampler(len(train_set), cfg.seed)
+    pool = _make_pool(cfg)
+    engine = build_engine(cfg, unwrap(model), tokenizer, model_path, device, info.enabled)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    agg = "constant" if cfg.advantage in ("dr_grpo", "wapo") else cfg.loss_agg
+    loss_constant = cfg.loss_constant or float(cfg.max_completion_len)
+    reward_high = float(sum(cfg.verifier_weight_list()))
+
+    # ---- resume
+    start_step, run_state = 0, {}
+    ckpt = latest_checkpoint(out) if cfg.resume else None
+    if ckpt is not None:
+        run_state = load_checkpoint(ckpt, model, optimizer, scheduler, info, cfg.fsdp)
+        start_step = int(run_state["step"])
+        sampler.load_state_dict(run_state["sampler"])
+        if pool is not None and run_state.get("pool") is not None:
+            pool.load_state_dict(run_state["pool"])
+        engine.update_weights(model)
+    log = MetricsLogger(out, enabled=info.is_main, tensorboard=cfg.tensorboard, progress=cfg.progress,
+                        total_steps=cfg.steps, start_step=start_step, log_every=cfg.log_every)
+    if info.is_main:
+        _write_config(cfg, out)
+        log.console(f"veristep train: {cfg.advantage} | model {model_path} | {len(train_set)} prompts, "
+                    f"{len(eval_set)} held out | G={G} x {cfg.prompts_per_step} prompts/step | "
+                    f"{cfg.steps} steps on {device} x{info.world_size}"
+                    + (f" | resumed at step {start_step} from {ckpt}" if ckpt else ""))
+    eval_before = run_state.get("eval_before")
+    if eval_before is None:
+        eval_before = _evaluate(engine, eval_ids, eval_refs, rewarder, cfg, info)
+        if eval_before and info.is_main:
+            log.console(f"eval before training: pass@1 {eval_before['eval/pass@1']:.3f} "
+                        f"pass@G {eval_before['eval/pass@G']:.3f}")
+    totals = run_state.get("totals", {"rollouts": 0, "completion_tokens": 0, "prm_completions": 0,
+                                      "skipped_updates": 0})
+    last_eval = run_state.get("last_eval", eval_before)
+    last_eval_step = run_state.get("last_eval_step", 0)
+    step, stopped = start_step, None
+
+    with StopFlag() as stop:
+        for step in range(start_step + 1, cfg.steps + 1):
+            t_step = time.perf_counter()
+            m: dict[str, Any] = {k: None for k in STEP_METRICS}
+
+            # 1. rollout: G completions for this rank's slice of the step's prompts
+            engine.wake_up()
+            idx = sampler.next_indices(cfg.prompts_per_step)
+            local_idx = shard(idx, info)
+            ro = engine.generate([train_ids[i] for i in local_idx], G, _seeds(cfg, step, 0, idx, info))
+            t_rollout = ro.timings["rollout_s"]
+            sampled, sampled_tokens = len(ro), ro.num_tokens()  # compute spent, kept or not
+
+            # 2. outcome rewards from the verifiers
+            scored = rewarder.score(ro.texts, [train_refs[i] for i in local_idx for _ in range(G)])
+            rewards, correct, t_reward = scored.rewards, scored.correct, scored.seconds
+
+            # 2b. DAPO dynamic sampling: more rounds until enough groups carry signal
+            if cfg.advantage == "dapo":
+                ro, rewards, correct, local_idx, ds = _dynamic_sampling(
+                    cfg, engine, rewarder, sampler, train_ids, train_refs, ro, rewards, correct,
+                    local_idx, step, info)
+                t_rollout, t_reward = t_rollout + ds.pop("rollout_s"), t_reward + ds.pop("reward_s")
+                sampled, sampled_tokens = ds.pop("sampled"), ds.pop("sampled_tokens")
+                m.update(ds)
+            n = len(local_idx)
+            outcome = rewards.view(n, G)
+            if cfg.overlong_cache_len:
+                lengths = torch.tensor([len(c) for c in ro.completion_ids], dtype=torch.float32)
+                rewards = rewards + gating.overlong_penalty(lengths, cfg.max_completion_len,
+                                                            cfg.overlong_cache_len)
+            rewards = rewards.view(n, G)
+            correct = correct.view(n, G)
+
+            # 3. gate: which groups collapsed, and which of them the PRM must score
+            groups = prm_groups(cfg.advantage, rewards, cfg.tau, cfg.gate)
+            batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
+            T = batch.completion_ids.shape[1]
+            token_mask = batch.completion_mask.view(n, G, T).cpu().clone()  # own copy: masked below
+            keep = None
+            if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
+                cut = torch.tensor(ro.truncated, dtype=torch.bool)
+                batch.completion_mask[cut.to(device)] = 0.0
+                keep = ~cut.view(n, G)
+
+            # 4. PRM on the gated groups only
+            steps_t = None
+            if scorer is not None:
+                steps_t = prm_step_tensors(scorer, tokenizer, [train_set[i].text for i in local_idx],
+                                           ro.completion_ids, ro.texts, G, T, groups)
+
+            # 5. advantages [N, G, T]
+            adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep)
+            if cfg.advantage == "wapo":
+                adv = adv.clamp(min=0.0)  # winners only: losers carry no gradient
+            m.update(adv_metrics)
+
+            # 6-7. pi_old / pi_ref log-probs, then the clipped loss over PPO epochs x mini-batches
+            t0 = time.perf_counter()
+            adv_rows = adv.view(n * G, T).to(device)
+            group_of_row = torch.tensor([_global_group(info, cfg, r // G) for r in range(n * G)])
+            stats = optimise_policy(cfg, model, ref_model, optimizer, batch, ro, adv_rows, group_of_row,
+                              winner_groups(adv), agg, loss_constant, info)
+            scheduler.step()
+            engine.update_weights(model)
+            engine.sleep()
+            t_train = time.perf_counter() - t0
+            m.update(stats)
+            totals["skipped_updates"] += int(stats["train/skipped_updates"])
+
+            # 8. monitors over the global batch, prompt pools
+            all_outcome = gather_rows(outcome, info)
+            all_correct = gather_rows(correct, info)
+            coll = gating.collapse_metrics(all_outcome, cfg.tau, 0.0, reward_high)
+            m.update({f"gate/{k}": float(v) for k, v in coll.items() if k in ("acr", "all_wrong_rate", "all_correct_rate")})
+            m["reward/mean"] = float(gather_rows(rewards, info).mean())
+            m["reward/std"] = float(gather_rows(rewards, info).std(unbiased=False))
+            m["reward/correct_frac"] = float(all_correct.float().mean())
+            m["gate/gated_groups"] = int(all_reduce(float(len(groups)), info))
+            prm_rows = int(all_reduce(float(len(groups) * G if scorer is not None else 0), info))
+            m["gate/prm_completions"] = prm_rows
+            if steps_t is not None:
+                m["gate/steps_per_gated_response"] = steps_t.steps_per_response()
+            global_idx = _gather_indices(local_idx, info)
+            _update_pool(pool, global_idx, all_correct.float().mean(dim=1), m)
+            lens = torch.tensor([float(len(c)) for c in ro.completion_ids])
+            m["completion/len_mean"] = float(gather_rows(lens, info).mean())
+            m["completion/truncated_frac"] = float(gather_rows(torch.tensor(ro.truncated, dtype=torch.float32), info).mean())
+
+            # 9. evaluate, log, checkpoint
+            t_eval = 0.0
+            if eval_ids and (step == cfg.steps or (cfg.eval_interval and step % cfg.eval_interval == 0)):
+                t1 = time.perf_counter()
+                last_eval = _evaluate(engine, eval_ids, eval_refs, rewarder, cfg, info)
+                last_eval_step = step
+                m.update(last_eval)
+                t_eval = time.perf_counter() - t1
+            tokens = int(all_reduce(float(sampled_tokens), info))
+            step_s = time.perf_counter() - t_step
+            totals["rollouts"] += int(all_reduce(float(sampled), info))
+            totals["completion_tokens"] += tokens
+            totals["prm_completions"] += prm_rows
+            m.update({
+                "time/rollout_s": t_rollout, "time/reward_s": t_reward,
+                "time/prm_s": steps_t.seconds if steps_t is not None else 0.0,
+                "time/train_s": t_train, "time/eval_s": t_eval, "time/step_s": step_s,
+                "throughput/tokens_per_s": tokens / max(step_s - t_eval, 1e-9),
+                "train/lr": scheduler.get_last_lr()[0], "train/rollouts_total": totals["rollouts"],
+            })
+            log.log(step, m)
+
+            stop_now = bool(all_reduce(float(stop.requested), info, op="max"))
+            if stop_now or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0) or step == cfg.steps:
+                state = {"sampler": sampler.state_dict(), "pool": pool.state_dict() if pool is not None else None,
+                         "eval_before": eval_before, "totals": totals, "last_eval": last_eval,
+                         "last_eval_step": last_eval_step}
+                save_checkpoint(out, step, model, optimizer, scheduler, state, info, tokenizer,
+                                cfg.fsdp, cfg.keep_checkpoints)
+            if stop_now:
+                stopped = "signal"
+                log.console(f"stop requested: checkpoint of step {step} written, exiting cleanly")
+                break
+
+    log.close()
+    summary = _summary(cfg, out, eval_before, (last_eval, last_eval_step), totals, step, stopped,
+                       t_start, info)
+    teardown(info)
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------
+# The training update
+
+
+def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Module | None,
+              optimizer: torch.optim.Optimizer, batch: PolicyBatch, ro: Rollouts,
+              adv: torch.Tensor, group_of_row: torch.Tensor, winners: torch.Tensor, agg: str,
+              loss_constant: float, info: DistInfo) -> dict[str, float]:
+    """PPO epochs x mini-batches of the clipped loss on one rollout batch; returns metrics.
+
+    `adv` `[B, T]` token advantages; `group_of_row` `[B]` global group index of each row (the
+    mini-batch key); `winners` `[N]` groups with a positive advantage (WAPO's divisor).
+    """
+    G = cfg.group_size
+    policy = unwrap(model)
+    # pi_old is the policy that sampled the batch. With a single update per batch it equals
+    # pi_theta at the first forward, whose detached log-probs serve (saves one forward pass).
+    single_update = cfg.ppo_epochs * cfg.mini_batches == 1
+    old_logp = None
+    if not single_update or cfg.old_logprobs == "engine":
+        if cfg.old_logprobs == "engine":
+            old_logp = _engine_logprobs(ro, batch)
+        else:
+            with torch.no_grad():
+                old_logp, _ = token_logprobs(policy, batch, cfg.temperature, cfg.micro_batch_size)
+    ref_logp = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp, _ = token_logprobs(ref_model, batch, cfg.temperature, cfg.micro_batch_size)
+
+    sums = {"policy": 0.0, "kl": 0.0, "low": 0.0, "high": 0.0, "tokens": 0.0, "ent": 0.0,
+            "ent_tokens": 0.0, "mismatch": 0.0, "mismatch_tokens": 0.0, "grad_norm": 0.0}
+    updates = skipped = 0
+    for epoch in range(cfg.ppo_epochs):
+        for mb in range(cfg.mini_batches):
+            # Mini-batches are sets of global group indices, so a rank's share of mini-batch k
+            # is exactly its part of the single-process mini-batch k.
+            rows = torch.nonzero(group_of_row % cfg.mini_batches == mb).flatten()
+            sub_mask = batch.completion_mask[rows]
+            if cfg.advantage == "wapo":  # divisor: G x max length per group with a winner
+                n_seqs = float(winners[torch.unique(rows // G)].float().sum() * G)
+            else:
+                n_seqs = float(len(rows))
+            total_tokens = float(all_reduce(sub_mask.sum().cpu(), info))
+            total_seqs = float(all_reduce(n_seqs, info))
+            # DDP/FSDP average gradients over ranks; scaling by the world size makes that a sum,
+            # and the global denominators above turn it into the single-process mean.
+            weights = torch.zeros_like(batch.completion_mask)
+            weights[rows] = aggregation_weights(sub_mask, agg, total_tokens, total_seqs,
+                                                loss_constant) * info.world_size
+            chunks = list(iter_chunks(rows.tolist(), cfg.micro_batch_size))
+            loss_sum = 0.0
+            for c, chunk in enumerate(chunks):
+                ix = torch.tensor(chunk)
+                sub = batch.rows(ix)
+                with grad_sync(model, enabled=c == len(chunks) - 1):
+                    logits = completion_logits(model, sub)
+                    logp, ent = logprobs_from_logits(logits, sub.completion_ids, cfg.temperature,
+                                                     with_entropy=epoch == 0)
+                    old = old_logp[ix] if old_logp is not None else logp.detach()
+                    terms = clipped_policy_loss(logp, old, adv[ix], sub.completion_mask, weights[ix],
+                                                cfg.eps_low, cfg.eps_high,
+                                                ref_logp[ix] if ref_logp is not None else None, cfg.kl_coef)
+                    terms.loss.backward()
+                loss_sum += float(terms.loss.detach())
+                sums["policy"] += terms.policy / info.world_size
+                sums["kl"] += terms.kl / info.world_size
+                sums["low"] += terms.clipped_low
+                sums["high"] += terms.clipped_high
+                sums["tokens"] += terms.tokens
+                if ent is not None:
+                    sums["ent"] += float((ent * sub.completion_mask).sum())
+                    sums["ent_tokens"] += float(sub.completion_mask.sum())
+                if epoch == 0 and mb == 0 and ro.engine_logprobs is not None:
+                    d, k = _mismatch(ro, ix, logp.detach(), sub.completion_mask)
+                    sums["mismatch"] += d
+                    sums["mismatch_tokens"] += k
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm or float("inf"))
+            if hasattr(grad_norm, "full_tensor"):
+                grad_norm = grad_norm.full_tensor()
+            grad_norm = float(grad_norm)
+            loss_ok = math.isfinite(float(all_reduce(loss_sum, info)))
+            if loss_ok and math.isfinite(grad_norm):
+                optimizer.step()
+                updates += 1
+                sums["grad_norm"] += grad_norm
+            else:
+                skipped += 1  # a non-finite loss or gradient would corrupt the weights: skip it
+            optimizer.zero_grad(set_to_none=True)
+    n_upd = cfg.ppo_epochs * cfg.mini_batches
+    tok = float(all_reduce(sums["tokens"], info))
+    ent_tok = float(all_reduce(sums["ent_tokens"], info))
+    out = {
+        "loss/policy": float(all_reduce(sums["policy"], info)) / n_upd,
+        "loss/kl": float(all_reduce(sums["kl"], info)) / n_upd if ref_model is not None else 0.0,
+        "loss/clip_frac_low": float(all_reduce(sums["low"], info)) / max(tok, 1.0),
+        "loss/clip_frac_high": float(all_reduce(sums["high"], info)) / max(tok, 1.0),
+        "policy/entropy": float(all_reduce(sums["ent"], info)) / max(ent_tok, 1.0),
+        "train/grad_norm": sums["grad_norm"] / max(updates, 1),
+        "train/skipped_updates": skipped,
+    }
+    if ro.engine_logprobs is not None:
+        k = float(all_reduce(sums["mismatch_tokens"], info))
+        out["rollout/logprob_mismatch"] = float(all_reduce(sums["mismatch"], info)) / max(k, 1.0)
+    return out
+
+
+def _engine_logprobs(ro: Rollouts, batch: PolicyBatch) -> torch.Tensor:
+    """The rollout engine's log-probs as a `[B, T]` tensor aligned with the batch."""
+    out = torch.zeros_like(batch.completion_mask)
+    for i, lps in enumerate(ro.engine_logprobs):
+        if lps:
+            out[i, : len(lps)] = torch.tensor(lps, dtype=out.dtype)
+    return torch.nan_to_num(out, nan=0.0) * batch.completion_mask
+
+
+def _mismatch(ro: Rollouts, ix: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """Sum of |engine - trainer| log-prob over the tokens of rows `ix`, and the token count."""
+    total, count = 0.0, 0.0
+    for k, i in enumerate(ix.tolist()):
+        lps = ro.engine_logprobs[i]
+        n = min(len(lps), int(mask[k].sum()))
+        if n:
+            eng = torch.tensor(lps[:n], dtype=logp.dtype, device=logp.device)
+            ok = torch.isfinite(eng)
+            total += float((eng[ok] - logp[k, :n][ok]).abs().sum())
+            count += float(ok.sum())
+    return total, count
+
+
+# ------------------------------------------------------------------------------------------------
+# Rollout helpers
+
+
+def _seeds(cfg: Config, step: int, round_: int, global_idx: list[int], info: DistInfo) -> list[int]:
+    """Per-prompt sampling seeds of this rank's slice, fixed by (seed, step, round, position)."""
+    per = len(global_idx) // info.world_size
+    base = (cfg.seed * 1_000_003 + step * 10_007 + round_ * 101) % (2**31 - 1)
+    return [(base + (info.rank * per + j) * 7_919) % (2**31 - 1) for j in range(per)]
+
+
+def _dynamic_sampling(cfg, engine, rewarder, sampler, train_ids, train_refs, ro, rewards, correct,
+                      local_idx, step, info):
+    """DAPO: sample more groups until this step has `n` groups with mixed outcomes (or the cap)."""
+    G, n = cfg.group_size, len(local_idx)
+    t_rollout = t_reward = 0.0
+    rounds = 0
+    while True:
+        keep = gating.dynamic_sampling_keep(rewards.view(-1, G))
+        short = int(keep.sum()) < n
+        if not bool(all_reduce(float(short), info, op="max")) or rounds >= cfg.dynamic_sampling_rounds:
+            break
+        rounds += 1
+        idx = sampler.next_indices(cfg.prompts_per_step)
+        more_idx = shard(idx, info)
+        more = engine.generate([train_ids[i] for i in more_idx], G, _seeds(cfg, step, rounds, idx, info))
+        t_rollout += more.timings["rollout_s"]
+        res = rewarder.score(more.texts, [train_refs[i] for i in more_idx for _ in range(G)])
+        t_reward += res.seconds
+        ro.extend(more)
+        rewards = torch.cat([rewards, res.rewards])
+        correct = torch.cat([correct, res.correct])
+        local_idx = local_idx + more_idx
+    keep = gating.dynamic_sampling_keep(rewards.view(-1, G))
+    # Keep n groups, informative first; fill with collapsed ones if the cap was hit, so every
+    # rank runs the same number of forward passes.
+    order = [i for i in range(len(local_idx)) if keep[i]] + [i for i in range(len(local_idx)) if not keep[i]]
+    chosen = order[:n]
+    rows = torch.tensor([g * G + j for g in chosen for j in range(G)])
+    kept = ro.select_groups(chosen, G)
+    stats = {"dapo/rounds": rounds, "sampled": len(ro), "sampled_tokens": ro.num_tokens(),
+             "dapo/extra_rollouts": int(all_reduce(float(rounds * n * G), info)),
+             "dapo/kept_informative": int(all_reduce(float(min(int(keep.sum()), n)), info)),
+             "rollout_s": t_rollout, "reward_s": t_reward}
+    return kept, rewards[rows], correct[rows], [local_idx[i] for i in chosen], stats
+
+
+@torch.no_grad()
+def _evaluate(engine, eval_ids: list[list[int]], eval_refs: list[list[Any]], rewarder: OutcomeRewarder,
+              cfg: Config, info: DistInfo) -> dict[str, float] | None:
+    """pass@1 and pass@G on the held-out prompts (sampled at the training temperature)."""
+    if not eval_ids:
+        return None
+    k = cfg.eval_samples or cfg.group_size
+    mine = list(range(info.rank, len(eval_ids), info.world_size))
+    # Fixed seeds per eval prompt: every evaluation draws the same noise, so curves compare.
+    seeds = [(cfg.seed * 31 + 1_000_000_007 + i * 7_919) % (2**31 - 1) for i in mine]
+    ro = engine.generate([eval_ids[i] for i in mine], k, seeds) if mine else None
+    if ro is not None:
+        correct = rewarder.score(ro.texts, [eval_refs[i] for i in mine for _ in range(k)]).correct.view(-1, k)
+        counts = correct.sum(dim=1).float()
+    else:
+        counts = torch.zeros(0)
+    counts = gather_rows(counts, info)
+    kk = min(cfg.group_size, k)
+    pass_g = [_pass_at_k(k, int(c), kk) for c in counts]
+    return {"eval/pass@1": float(counts.mean() / k), "eval/pass@G": float(np.mean(pass_g))}
+
+
+def _pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+# ------------------------------------------------------------------------------------------------
+# Set-up helpers
+
+
+def _quiet_libraries() -> None:
+    """Keep the console to our progress bar and step lines (no per-shard load/save bars)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _make_optimizer(cfg: Config, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """AdamW, fused (one kernel for all parameters) where this torch build supports it."""
+    kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay)
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain = all(type(p.data) is torch.Tensor for p in params)  # FSDP2's DTensors use foreach
+    if plain:
+        try:
+            return torch.optim.AdamW(params, fused=True, **kwargs)
+        except (RuntimeError, ValueError):
+            pass
+    return torch.optim.AdamW(params, **kwargs)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def _resolve_model(cfg: Config, info: DistInfo) -> str:
+    """A local path or hub name for from_pretrained; builds the built-in warm start if asked."""
+    if cfg.model != "builtin:warmstart":
+        return cfg.model
+    from veristep.train import warmstart
+
+    if info.is_main:
+        print(f"preparing the built-in warm-start model in {cfg.warmstart_dir} (cached after the first run)",
+              file=sys.stderr, flush=True)
+        path = warmstart.ensure_warm_start(cfg.warmstart_dir, seed=0)
+    if info.enabled:
+        torch.distributed.barrier()
+        if not info.is_main:
+            path = warmstart.ensure_warm_start(cfg.warmstart_dir, seed=0)
+    return str(path)
+
+
+def _load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _load_model(path: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return model.to(device)
+
+
+def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def _tokenize_prompts(texts: list[str], tokenizer, cfg: Config) -> list[list[int]]:
+    """Token ids of each prompt, left-truncated to max_prompt_len (the question's end matters most)."""
+    if not texts:
+        return []
+    enc = tokenizer(texts, add_special_tokens=not cfg.chat_template)["input_ids"]
+    return [list(ids[-cfg.max_prompt_len:]) or [tokenizer.eos_token_id] for ids in enc]
+
+
+def _lr_lambda(cfg: Config):
+    def factor(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        span = max(1, cfg.steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        if cfg.lr_schedule == "linear":
+            return 1.0 - progress
+        if cfg.lr_schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return factor
+
+
+def _global_group(info: DistInfo, cfg: Config, local_group: int) -> int:
+    return info.rank * (cfg.prompts_per_step // info.world_size) + local_group
+
+
+def _gather_indices(items: list[int], info: DistInfo) -> list[int]:
+    """This step's prompt indices over all ranks, in rank order."""
+    from veristep.train.distributed import gather_objects
+
+    return [i for part in gather_objects(items, info) for i in part]
+
+
+def _make_pool(cfg: Config) -> gating.PromptPool:
+    """The per-prompt routing pools (easy / frontier / hard) of veristep.gating."""
+    return gating.PromptPool(alpha=cfg.pool_ema)
+
+
+def _update_pool(pool, prompt_ids: list[int], success: torch.Tensor, m: dict[str, Any]) -> None:
+    if pool is None:
+        return
+    pool.update(prompt_ids, success)
+    for name, members in pool.pools().items():
+        m[f"pool/{name}"] = members if isinstance(members, (int, float)) else len(members)
+
+
+def _write_config(cfg: Config, out: Path) -> None:
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict | None, int],
+             totals: dict, step: int, stopped: str | None, t_start: float, info: DistInfo) -> dict[str, Any]:
+    """The run's final summary: accuracy before/after, collapse rate, compute used, paths."""
+    after, after_step = after_at
+    metrics_path = out / "metrics.jsonl"
+    acr = []
+    if info.is_main and metrics_path.exists():
+        for line in metrics_path.read_text().splitlines():
+            v = json.loads(line).get("gate/acr")
+            if v is not None:
+                acr.append(v)
+    ckpt = latest_checkpoint(out)
+    summary = {
+        "advantage": cfg.advantage, "seed": cfg.seed, "steps": step, "stopped": stopped,
+        "accuracy_before": before["eval/pass@1"] if before else None,
+        "accuracy_after": after["eval/pass@1"] if after else None,
+        "pass@G_before": before["eval/pass@G"] if before else None,
+        "pass@G_after": after["eval/pass@G"] if after else None,
+        "accuracy_after_step": after_step,
+        "acr_mean": float(np.mean(acr)) if acr else None,
+        "acr_first": acr[0] if acr else None, "acr_last": acr[-1] if acr else None,
+        "rollouts": totals["rollouts"], "completion_tokens": totals["completion_tokens"],
+        "prm_completions": totals["prm_completions"], "skipped_updates": totals["skipped_updates"],
+        "wall_s": time.perf_counter() - t_start,
+        "output_dir": str(out), "metrics_path": str(metrics_path),
+        "final_model": str(ckpt / "model") if ckpt else None,
+    }
+    if info.is_main:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Print the end-of-run summary as a few lines."""
+    def pct(v):
+        return "n/a" if v is None else f"{100 * v:.1f}%"
+
+    print("\n== veristep gated GRPO: summary ==")
+    print(f"method {summary['advantage']} | {summary['steps']} steps | {summary['rollouts']} rollouts | "
+          f"{summary['wall_s']:.0f} s" + (" | stopped by signal" if summary["stopped"] else ""))
+    print(f"held-out accuracy (pass@1): {pct(summary['accuracy_before'])} -> {pct(summary['accuracy_after'])}"
+          f" | pass@G: {pct(summary['pass@G_before'])} -> {pct(summary['pass@G_after'])}")
+    print(f"advantage collapse rate (ACR): mean {pct(summary['acr_mean'])}, first step "
+          f"{pct(summary['acr_first'])}, last step {pct(summary['acr_last'])}; PRM scored "
+          f"{summary['prm_completions']} completions")
+    print(f"results: {summary['output_dir']} (metrics.jsonl, summary.json); model: {summary['final_model']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    cfg = parse_args(argv)
+    summary = train(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print_summary(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

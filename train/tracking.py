@@ -1,0 +1,130 @@
+"""Run logging: one JSONL line of metrics per step (always), TensorBoard (optional), a console
+line and a progress bar. Only the main process writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+#: The fixed metric names every step line carries (documented in the README, `## Trainer`).
+STEP_METRICS: tuple[str, ...] = (
+    "gate/acr", "gate/all_wrong_rate", "gate/all_correct_rate", "gate/gated_groups",
+    "adv/nonzero_frac", "reward/mean", "reward/std", "loss/policy", "loss/kl",
+    "loss/clip_frac_low", "loss/clip_frac_high", "policy/entropy", "completion/len_mean",
+    "completion/truncated_frac", "pool/easy", "pool/frontier", "pool/hard", "eval/pass@1",
+    "eval/pass@G", "time/rollout_s", "time/reward_s", "time/prm_s", "time/train_s",
+    "throughput/tokens_per_s",
+)
+
+_CONSOLE_KEYS = ("reward/mean", "gate/acr", "gate/gated_groups", "adv/nonzero_frac", "loss/policy",
+                 "eval/pass@1", "throughput/tokens_per_s")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe value: floats stay floats, non-finite become null, tensors become numbers."""
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsLogger:
+    """Writes `metrics.jsonl` under the output folder, plus optional TensorBoard and console."""
+
+    def __init__(self, output_dir: str | Path, enabled: bool = True, tensorboard: bool = False,
+                 progress: bool = True, total_steps: int = 0, start_step: int = 0,
+                 log_every: int = 1) -> None:
+        self.enabled = enabled
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.log_every = max(1, log_every)
+        self._tb = None
+        self._bar = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._truncate_after(start_step)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ValueError("tensorboard=True needs the `tensorboard` package "
+                                 "(pip install tensorboard)") from err
+            self._tb = SummaryWriter(str(Path(output_dir) / "tensorboard"), purge_step=start_step + 1)
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
+                             dynamic_ncols=True, file=sys.stderr, leave=True)
+
+    def _truncate_after(self, step: int) -> None:
+        """Drop lines of steps after `step`: a resumed run rewrites them instead of duplicating."""
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from a killed run
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Write one step's metrics (JSONL line, TensorBoard scalars, console line, bar)."""
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        self._fh.write(json.dumps(record) + "\n")
+        self._fh.flush()
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, step)
+        if self._bar is not None:
+            self._bar.update(1)
+        if step % self.log_every == 0:
+            self.console(f"step {step:>5} " + format_metrics(record, _CONSOLE_KEYS))
+
+    def console(self, line: str) -> None:
+        """Print a line without breaking the progress bar."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        if not self.enabled:
+            return
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._bar is not None:
+            self._bar.close()
+
+
+def format_metrics(record: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """`name value` pairs of the keys present, compactly."""
+    parts = []
+    for key in keys:
+        value = record.get(key)
+        if value is None:
+            continue
+        short = key.split("/")[-1]
+        parts.append(f"{short} {value:.3g}" if isinstance(value, float) else f"{short} {value}")
+    return " | ".join(parts)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Read a metrics.jsonl back as a list of dicts."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

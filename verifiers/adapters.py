@@ -1,0 +1,383 @@
+"""Plug veristep verifiers into RL stacks: a TRL reward function and verl's `compute_score`.
+
+verl loads a custom reward file by path (``custom_reward_function.path``), outside any package,
+so this module uses absolute imports only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from veristep.verifiers.base import Verifier, VerifyResult
+from veristep.verifiers.registry import get_verifier
+from veristep.verifiers.runner import completion_text
+
+# ---------------------------------------------------------------------------------------------
+# TRL
+
+
+class TRLRewardFunction:
+    """A TRL `GRPOTrainer` reward function backed by a veristep verifier.
+
+    Called as ``f(completions=..., prompts=..., **dataset_columns) -> list[float | None]``: plain
+    or conversational completions, the reference read from the dataset columns, and None where
+    the verifier could not judge (timeout, sandbox or internal error), which TRL leaves out of
+    the reward sum instead of counting it as a wrong answer.
+    """
+
+    def __init__(
+        self,
+        verifier: str | Verifier = "math",
+        *,
+        reference_column: str | None = None,
+        name: str | None = None,
+        **config: Any,
+    ) -> None:
+        if isinstance(verifier, str):
+            self._kind: str | None = verifier
+            self._config = config
+            # Built now so a bad kind or config fails at set-up, not at the first training step.
+            self._verifier: Verifier | None = get_verifier(verifier, **config)
+        else:
+            if config:
+                raise ValueError("pass config keywords only with a verifier kind, not an instance")
+            self._kind, self._config, self._verifier = None, {}, verifier
+        self.reference_column = reference_column
+        self.__name__ = name or f"veristep_{getattr(verifier, 'kind', verifier)}"
+        self._lock = threading.Lock()
+
+    @property
+    def verifier(self) -> Verifier:
+        """The verifier; after unpickling it is rebuilt on first use (worker pools do not pickle)."""
+        with self._lock:
+            if self._verifier is None:
+                self._verifier = get_verifier(self._kind, **self._config)
+            return self._verifier
+
+    def references(self, n: int, columns: Mapping[str, Any]) -> list[Any]:
+        """One reference per completion, from `reference_column` or the verifier's record reader."""
+        if self.reference_column is not None:
+            if self.reference_column not in columns:
+                raise ValueError(self._missing(self.reference_column, columns))
+            values = list(columns[self.reference_column])
+            if len(values) != n:
+                raise ValueError(
+                    f"column {self.reference_column!r} has {len(values)} rows for {n} completions"
+                )
+            return values
+        per_row = {k: v for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == n}
+        rows = [{k: v[i] for k, v in per_row.items()} for i in range(n)]
+        try:
+            return [self.verifier.reference_from_record(row) for row in rows]
+        except KeyError as err:
+            key = err.args[0] if err.args else "?"
+            raise ValueError(self._missing(key, per_row)) from None
+
+    def _missing(self, key: str, columns: Mapping[str, Any]) -> str:
+        shown = ", ".join(sorted(k for k in columns if k not in _TRL_EXTRAS)) or "none"
+        return (
+            f"{self.__name__}: the dataset has no column {key!r} (columns: {shown}); add it or "
+            "pass reference_column= to the reward function"
+        )
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Score a batch of completions; None where the verifier could not judge."""
+        texts = [_safe_text(c) for c in completions]
+        columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
+        results = self.verifier.verify_batch(texts, self.references(len(texts), columns))
+        self._log(results, kwargs)
+        return [None if not r.judged else float(r.reward) for r in results]
+
+    def _log(self, results: list[VerifyResult], kwargs: dict[str, Any]) -> None:
+        # TRL >= 1.x passes these hooks; older versions do not, and then nothing is logged.
+        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
+        if callable(log_metric) and results:
+            n = len(results)
+            log_metric(f"{self.__name__}/correct_frac", sum(r.correct for r in results) / n)
+            log_metric(
+                f"{self.__name__}/unjudged_frac", sum(not r.judged for r in results) / n
+            )
+        if callable(log_extra):
+            log_extra(f"{self.__name__}_status", [r.status.value for r in results])
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock")
+        if self._kind is not None:  # rebuilt lazily on the other side; pools do not pickle
+            state["_verifier"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+# Keyword arguments TRL passes besides dataset columns.
+_TRL_EXTRAS = frozenset(
+    {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+
+
+def _safe_text(completion: Any) -> str:
+    try:
+        return completion_text(completion)
+    except TypeError:  # model output is data: never let an odd shape stop training
+        return str(completion)
+
+
+def trl_reward_func(
+    verifier: str | Verifier = "math",
+    *,
+    reference_column: str | None = None,
+    name: str | None = None,
+    **config: Any,
+) -> TRLRewardFunction:
+    """Return a TRL reward function: `GRPOTrainer(..., reward_funcs=[trl_reward_func("math")])`."""
+    return TRLRewardFunction(verifier, reference_column=reference_column, name=name, **config)
+
+
+# ---------------------------------------------------------------------------------------------
+# verl
+
+#: verl `data_source` values and the verifier kind that scores them.
+DATA_SOURCE_KINDS: dict[str, str] = {
+    "openai/gsm8k": "math",
+    "gsm8k": "math",
+    "lighteval/MATH": "math",
+    "DigitalLearningGmbH/MATH-lighteval": "math",
+    "HuggingFaceH4/MATH-500": "math",
+    "math500": "math",
+    "math_dapo": "math",
+    "numina_aops_forum": "math",
+    "numina_synthetic_math": "math",
+    "numina_amc_aime": "math",
+    "numina_synthetic_amc": "math",
+    "numina_cn_k12": "math",
+    "numina_olympiads": "math",
+    "codecontests": "code",
+    "apps": "code",
+    "codeforces": "code",
+    "taco": "code",
+    "code": "code",
+    "tools": "tools",
+    "bfcl": "tools",
+}
+# Families recognised by prefix, checked in order after the exact names.
+_DATA_SOURCE_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("aime", "math"),
+    ("amc", "math"),
+    ("math", "math"),
+    ("numina", "math"),
+    ("gsm8k", "math"),
+    ("code", "code"),
+    ("livecodebench", "code"),
+    ("tool", "tools"),
+    ("bfcl", "tools"),
+)
+
+
+class UnknownDataSource(NotImplementedError, ValueError):
+    """No verifier kind is known for a verl data_source (verl raises NotImplementedError too)."""
+
+
+def kind_for_data_source(data_source: str, extra_info: Mapping[str, Any] | None = None) -> str:
+    """The verifier kind for a verl data_source; `extra_info["veristep_kind"]` overrides it."""
+    if extra_info and extra_info.get("veristep_kind"):
+        return str(extra_info["veristep_kind"])
+    if data_source in DATA_SOURCE_KINDS:
+        return DATA_SOURCE_KINDS[data_source]
+    lowered = str(data_source).lower()
+    for prefix, kind in _DATA_SOURCE_PREFIXES:
+        if lowered.startswith(prefix) or lowered.rsplit("/", 1)[-1].startswith(prefix):
+            return kind
+    raise UnknownDataSource(
+        f"no veristep verifier for data_source={data_source!r}; set extra_info['veristep_kind'] "
+        f"or use one of {sorted(DATA_SOURCE_KINDS)}"
+    )
+
+
+def _decode(value: Any) -> Any:
+    # verl keeps ground truth in parquet, where structured references are often JSON strings.
+    if isinstance(value, (str, bytes)):
+        text = value.decode() if isinstance(value, bytes) else value
+        if text.lstrip()[:1] in ("{", "["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+        return text
+    if hasattr(value, "tolist"):  # numpy arrays from parquet columns
+        return value.tolist()
+    return value
+
+
+def _reference_record(
+    kind: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A JSONL-style record from verl's ground truth and extra_info, for reference_from_record."""
+    record: dict[str, Any] = dict(extra_info or {})
+    if kind == "math":  # the answer text as is: "[1, 2]" is an interval, not JSON
+        raw = ground_truth.decode() if isinstance(ground_truth, bytes) else ground_truth
+        record["answer"] = raw if isinstance(raw, str) else str(_decode(raw))
+        return record
+    truth = _decode(ground_truth)
+    record["ground_truth"] = truth
+    if isinstance(truth, Mapping):
+        record.update(truth)
+        # APPS / CodeContests style {"inputs": [...], "outputs": [...]} becomes stdin/stdout tests.
+        if kind == "code" and "tests" not in truth and "inputs" in truth and "outputs" in truth:
+            record["tests"] = [
+                {"stdin": _text(i), "stdout": _text(o)}
+                for i, o in zip(truth["inputs"], truth["outputs"], strict=False)
+            ]
+        if kind == "code":
+            record.setdefault("language", "python")
+    elif kind == "tools" and isinstance(truth, list):
+        record["expected"] = truth
+    else:  # any other kind: the conventional reference keys
+        record.setdefault("answer", truth)
+    return record
+
+
+def _text(value: Any) -> str:
+    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+class VerlScorer:
+    """verl custom reward function: one verifier per kind, built on first use and reused."""
+
+    def __init__(self, configs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.configs = {k: dict(v) for k, v in (configs or {}).items()}
+        self._verifiers: dict[str, Verifier] = {}
+        self._lock = threading.Lock()
+
+    def verifier(self, kind: str) -> Verifier:
+        """The cached verifier of `kind`."""
+        with self._lock:
+            if kind not in self._verifiers:
+                self._verifiers[kind] = get_verifier(kind, **self.configs.get(kind, {}))
+            return self._verifiers[kind]
+
+    def __call__(
+        self,
+        data_source: str,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        """Score one response: {"score", "acc", "pred", "status", "judged", "kind"}."""
+        return self.batch([data_source], [solution_str], [ground_truth], [extra_info])[0]
+
+    def batch(
+        self,
+        data_sources: Sequence[str],
+        solution_strs: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+        **_: Any,
+    ) -> list[dict[str, Any]]:
+        """Score many responses, one `verify_batch` per verifier kind, results in input order."""
+        n = len(solution_strs)
+        infos = list(extra_infos) if extra_infos is not None else [None] * n
+        if not (len(data_sources) == len(ground_truths) == len(infos) == n):
+            raise ValueError(
+                "data_sources, solution_strs, ground_truths, extra_infos differ in length"
+            )
+        by_kind: dict[str, list[int]] = {}
+        for i in range(n):
+            by_kind.setdefault(kind_for_data_source(data_sources[i], infos[i]), []).append(i)
+        scores: list[dict[str, Any]] = [{} for _ in range(n)]
+        for kind, idx in by_kind.items():
+            verifier = self.verifier(kind)
+            try:
+                refs = [
+                    verifier.reference_from_record(
+                        _reference_record(kind, ground_truths[i], infos[i])
+                    )
+                    for i in idx
+                ]
+            except KeyError as err:
+                raise ValueError(
+                    f"ground_truth/extra_info lack {err.args[0]!r}, which the {kind} verifier "
+                    "needs as its reference"
+                ) from None
+            texts = [_safe_text(solution_strs[i]) for i in idx]
+            for i, result in zip(idx, verifier.verify_batch(texts, refs), strict=True):
+                scores[i] = verl_score(result, kind)
+        return scores
+
+    def close(self) -> None:
+        """Close the cached verifiers."""
+        with self._lock:
+            for verifier in self._verifiers.values():
+                close = getattr(verifier, "close", None)
+                if callable(close):
+                    close()
+            self._verifiers.clear()
+
+
+def verl_score(result: VerifyResult, kind: str) -> dict[str, Any]:
+    """verl's dict form of a result; same keys and types every time so verl can stack them.
+
+    verl needs a number in "score", so an unjudged item scores 0.0 with judged=False.
+    """
+    judged = bool(result.judged)
+    return {
+        "score": float(result.reward) if judged else 0.0,
+        "acc": bool(result.correct),
+        "pred": result.extracted or "",
+        "status": result.status.value,
+        "judged": judged,
+        "kind": kind,
+    }
+
+
+_SCORERS: dict[str, VerlScorer] = {}
+_SCORERS_LOCK = threading.Lock()
+
+
+def _scorer(config: Mapping[str, Mapping[str, Any]] | None) -> VerlScorer:
+    """The shared scorer for one verifier configuration (verl's reward_kwargs.veristep_config)."""
+    key = json.dumps(config or {}, sort_keys=True, default=str)
+    with _SCORERS_LOCK:
+        if key not in _SCORERS:
+            _SCORERS[key] = VerlScorer(config)
+        return _SCORERS[key]
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
+    **_: Any,
+) -> dict[str, Any]:
+    """verl `custom_reward_function` entry point (NaiveRewardManager): score one response.
+
+    `veristep_config` (from verl's `custom_reward_function.reward_kwargs`) maps a verifier kind
+    to its keyword configuration, e.g. {"math": {"timeout": 3}}.
+    """
+    return _scorer(veristep_config)(data_source, solution_str, ground_truth, extra_info)
+
+
+def compute_score_batch(
+    data_sources: Sequence[str] | None,
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+    veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
+    **_: Any,
+) -> list[dict[str, Any]]:
+    """verl entry point for `reward_model.reward_manager=batch`: score a whole batch in parallel.
+
+    verl's offline evaluation passes data_sources=None; extra_info["veristep_kind"] then names
+    the kind.
+    """
+    if data_sources is None:
+        data_sources = [""] * len(solution_strs)
+    return _scorer(veristep_config).batch(data_sources, solution_strs, ground_truths, extra_infos)

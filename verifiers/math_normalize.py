@@ -1,0 +1,279 @@
+"""Bring an extracted answer to one canonical LaTeX spelling, and read exact numbers from it.
+
+All functions here are bounded string work (simple regexes, single passes) and never call
+sympy, so the verifier can run them in the caller's process on untrusted text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+# Digits Python will turn into an int without tripping its str->int limit (4300 by default).
+_MAX_DIGITS = 4000
+# Largest power of ten the fast path will build; bigger ones go to the isolated workers.
+_MAX_EXPONENT = 1000
+# An integer power tower or factorial whose result would have more digits than this is not
+# evaluated at all (sympy would try, in C, for minutes).
+MAX_RESULT_DIGITS = 100_000
+
+_UNICODE = {
+    "−": "-", "–": "-", "—": "-", "‐": "-", "＋": "+",
+    "×": "\\times ", "·": "\\cdot ", "⋅": "\\cdot ", "÷": "\\div ",
+    "π": "\\pi ", "∞": "\\infty ", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ",
+    "∅": "\\emptyset ", "∪": "\\cup ", "∩": "\\cap ", "∈": "\\in ",
+    "½": "\\frac{1}{2}", "⅓": "\\frac{1}{3}", "⅔": "\\frac{2}{3}", "¼": "\\frac{1}{4}",
+    "¾": "\\frac{3}{4}", "⅕": "\\frac{1}{5}", "⅙": "\\frac{1}{6}", "⅛": "\\frac{1}{8}",
+    "²": "^{2}", "³": "^{3}", "°": "", "º": "",
+    "\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u2002": " ", "\u2003": " ", "\u200b": "",
+}
+_UNICODE_RE = re.compile("|".join(re.escape(k) for k in _UNICODE))
+_SQRT_UNICODE_RE = re.compile(r"√\s*(?:\(([^()]{0,200})\)|\{([^{}]{0,200})\}|(\d+(?:\.\d+)?|[A-Za-z]))")
+_SQRT_PAREN_RE = re.compile(r"\\sqrt\s*\(([^()]{0,200})\)")
+_DROP_RE = re.compile(
+    r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![A-Za-z])"
+    r"|(?<!\\)\\[,;:! ]|~"
+)
+_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\\text\{\s*degrees?\s*\}")
+_FRAC_CMD_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
+_FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
+_TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox|mathbf|operatorname)\s*\{([^{}]*)\}")
+_OR_RE = re.compile(r"\\text\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+|\\(?:quad|qquad)")
+_EMPTYSET_RE = re.compile(r"\\(?:varnothing|emptyset)(?![A-Za-z])|\\\{\s*\\\}")
+_TRAILING_WORDS_RE = re.compile(r"^([-+]?[\d.,/]*\d\.?\d*)\s*(?:\\%|%)?\s+(?:[A-Za-z]{2,}\.?\s*){1,4}$")
+# "5 million" is not 5: words that scale the number are never dropped as units
+_MAGNITUDE_RE = re.compile(r"(?i)\b(?:hundred|thousand|million|billion|trillion|dozen|percent|times)\b")
+_SPACE_AFTER_CMD_RE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z0-9])")
+_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?$")
+_SCI_E_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
+_MIXED_RE = re.compile(r"^(-?)(\d+)\\frac\{(\d+)\}\{(\d+)\}$")
+_REPEAT_RE = re.compile(r"(\d*)\.(\d*)\\overline\{(\d{1,50})\}")
+_DECIMAL_LITERAL_RE = re.compile(r"(?<![\d.])(\d{1,200})\.(\d{1,200})(?![\d.])")
+
+# Exact-number grammar of the fast path (the string is already normalised: no spaces).
+_INT = r"[-+]?\d+"
+_DEC = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)"
+_NUM_RE = re.compile(rf"^({_DEC})$")
+_FRAC_RE = re.compile(rf"^([-+]?)\\frac\{{({_INT})\}}\{{({_INT})\}}$")
+_SLASH_RE = re.compile(rf"^({_INT})/({_INT})$")
+_SCI_RE = re.compile(rf"^({_DEC})(?:\\times|\\cdot|\*)10\^(?:\{{({_INT})\}}|(\d))$")
+
+
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+
+
+@dataclass(frozen=True)
+class ExactNumber:
+    """A number read exactly from an answer string, with how it was written."""
+
+    value: Fraction
+    decimals: int | None = None  # digits after the point when written as a non-integer decimal
+    percent: bool = False
+
+
+def _unwrap_text(s: str) -> str:
+    """Drop trailing unit words in \\text{} and unwrap the rest ("5\\text{ cm}" -> "5")."""
+    stripped = s.strip()
+    whole = _TEXT_CMD_RE.fullmatch(stripped)
+    if whole:
+        return whole.group(1)
+    # trailing "\text{ cm}" / "\mbox{units}" after a value is a unit, not part of the value
+    while True:
+        m = re.search(r"\\(?:text|mbox|mathrm)\s*\{\s*([A-Za-z][A-Za-z ]*\.?)\s*\}\s*(?:\^\{?\d\}?)?\s*$", stripped)
+        if not m or not stripped[: m.start()].strip() or m.group(1).strip() in ("i",):
+            break
+        stripped = stripped[: m.start()].rstrip()
+    return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)
+
+
+def normalize_answer(answer: str) -> str:
+    """Return the canonical spelling of an answer: LaTeX with no spaces, units or decorations.
+
+    Equal strings after normalisation mean equal answers; different strings mean "compare
+    further", never "different".
+    """
+    s = answer.strip()
+    s = _SQRT_UNICODE_RE.sub(lambda m: "\\sqrt{" + (m.group(1) or m.group(2) or m.group(3)) + "}", s)
+    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
+    s = s.replace("\\$", "").replace("$", "")
+    s = _DEGREE_RE.sub("", s)
+    s = s.replace("\\%", "%").replace("%", "\\%")
+    tw = _TRAILING_WORDS_RE.match(s)
+    if tw and not _MAGNITUDE_RE.search(s[tw.end(1) :]):
+        s = tw.group(1) + ("\\%" if "%" in s[tw.end(1) :] else "")
+    s = _OR_RE.sub(",", s)
+    s = _unwrap_text(s)
+    s = _EMPTYSET_RE.sub("\\\\emptyset", s)
+    s = _DROP_RE.sub(" ", s)
+    s = _FRAC_CMD_RE.sub("\\\\frac", s)
+    s = _SQRT_PAREN_RE.sub(lambda m: "\\sqrt{" + m.group(1) + "}", s)
+    # keep "\pi r" apart, drop every other space ("1 000", "x + 1")
+    s = _SPACE_AFTER_CMD_RE.sub(lambda m: m.group(1) + "\x00", s)
+    s = re.sub(r"\s+", "", s).replace("\x00", " ")
+    s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+    s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+    s = s.rstrip(".,;:")
+    if s.startswith("{") and s.endswith("}") and _balanced_group(s):
+        s = s[1:-1]
+    if _THOUSANDS_RE.match(s):
+        s = s.replace("{,}", "").replace(",", "")
+    sci = _SCI_E_RE.match(s)
+    if sci:
+        s = f"{sci.group(1)}\\times10^{{{int(sci.group(2))}}}" if len(sci.group(2)) < 6 else s
+    s = _REPEAT_RE.sub(_repeating_to_frac, s)
+    mixed = _MIXED_RE.match(s)
+    if mixed and int(mixed.group(3)) < int(mixed.group(4)) and len(s) < 200:
+        sign, whole, num, den = mixed.groups()
+        s = f"{sign}\\frac{{{int(whole) * int(den) + int(num)}}}{{{den}}}"
+    if re.fullmatch(r"[A-Za-z][A-Za-z ]+", s) and len(s) > 1:
+        s = s.lower()  # a word answer ("Monday", "Evelyn") is case-insensitive
+        s = _NUMBER_WORDS.get(s, s)
+    return s
+
+
+def _balanced_group(s: str) -> bool:
+    """True when the opening brace of `s` closes at its last character."""
+    depth = 0
+    for i, c in enumerate(s):
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i == len(s) - 1
+    return False
+
+
+def _repeating_to_frac(m: re.Match[str]) -> str:
+    """`0.1\\overline{6}` -> `\\frac{1}{6}`: exact value of a repeating decimal."""
+    whole, fixed, rep = m.group(1) or "0", m.group(2), m.group(3)
+    if len(whole) + len(fixed) > 200:
+        return m.group(0)
+    value = Fraction(int(whole + fixed), 10 ** len(fixed))
+    value += Fraction(int(rep), (10 ** len(rep) - 1) * 10 ** len(fixed))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _to_fraction(text: str) -> tuple[Fraction, int | None] | None:
+    """Read a plain decimal string exactly; also return its number of decimals if non-integer."""
+    if len(text) > _MAX_DIGITS:
+        return None
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+    decimals = None
+    if "." in text:
+        frac_part = text.split(".", 1)[1]
+        decimals = len(frac_part) if frac_part else None
+    return value, decimals
+
+
+def parse_exact_number(normalized: str) -> ExactNumber | None:
+    """Read a normalised answer as an exact rational (int, decimal, fraction, sci, percent)."""
+    s = normalized
+    percent = s.endswith("\\%")
+    if percent:
+        s = s[:-2]
+    if not s or len(s) > _MAX_DIGITS:
+        return None
+    m = _NUM_RE.match(s)
+    if m:
+        got = _to_fraction(s)
+        return None if got is None else ExactNumber(got[0], got[1], percent)
+    m = _FRAC_RE.match(s) or _SLASH_RE.match(s)
+    if m:
+        groups = m.groups()
+        sign = groups[0] if len(groups) == 3 else ""
+        num, den = int(groups[-2]), int(groups[-1])
+        if den == 0:
+            return None
+        value = Fraction(num, den)
+        return ExactNumber(-value if sign == "-" else value, None, percent)
+    m = _SCI_RE.match(s)
+    if m:
+        exp = int(m.group(2) or m.group(3))
+        got = _to_fraction(m.group(1))
+        if got is None or abs(exp) > _MAX_EXPONENT:
+            return None
+        return ExactNumber(got[0] * Fraction(10) ** exp, None, percent)
+    return None
+
+
+def split_assignment(normalized: str) -> str | None:
+    """The right-hand side of a single-variable assignment like `x=3` (None if not one)."""
+    m = re.fullmatch(r"([A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+)=([^=<>]+)", normalized)
+    if not m or m.group(1) in ("\\le", "\\ge", "\\ne"):
+        return None
+    return m.group(2)
+
+
+def exact_decimals(latex: str) -> str:
+    """Rewrite decimal literals as exact fractions (`3.14` -> `\\frac{314}{100}`) for sympy."""
+    return _DECIMAL_LITERAL_RE.sub(
+        lambda m: f"\\frac{{{m.group(1)}{m.group(2)}}}{{1{'0' * len(m.group(2))}}}", latex
+    )
+
+
+def _tower_log10(s: str, i: int, depth: int) -> tuple[float, int] | None:
+    """log10 of an integer power tower starting at s[i] (`9^{9^{9^9}}`), and where it ends."""
+    m = re.compile(r"\d{1,400}").match(s, i)
+    if not m or depth > 50:
+        return None
+    base = int(m.group(0))
+    i = m.end()
+    if i >= len(s) or s[i] != "^":
+        return (math.log10(base) if base > 0 else 0.0), i
+    i += 1
+    if i < len(s) and s[i] == "{":
+        inner = _tower_log10(s, i + 1, depth + 1)
+        if inner is None or inner[1] >= len(s) or s[inner[1]] != "}":
+            return None
+        exp_log, i = inner[0], inner[1] + 1
+    else:
+        inner = _tower_log10(s, i, depth + 1)
+        if inner is None:
+            return None
+        exp_log, i = inner
+    if base <= 1:
+        return 0.0, i
+    # log10(base^e) = e * log10(base); e = 10^exp_log, capped so the float never overflows
+    return min(10.0 ** min(exp_log, 300.0) * math.log10(base), 1e300), i
+
+
+def too_large_to_evaluate(latex: str) -> bool:
+    """True when the answer holds an integer power tower or factorial too big to evaluate."""
+    for m in re.finditer(r"(?<![\d.])\d{1,400}\^", latex):
+        got = _tower_log10(latex, m.start(), 0)
+        if got is not None and got[0] > MAX_RESULT_DIGITS:
+            return True
+    for m in re.finditer(r"(\d{1,400})\)?\s*!", latex):
+        n = int(m.group(1))
+        if n > 25_000:  # 25000! already has ~100k digits
+            return True
+    # a parenthesised tower used as a base or under a factorial: (10^7)^{10^7}, (10^{10})!
+    for m in re.finditer(r"\(\s*(\d{1,400}\^[\d^{}]{1,400})\s*\)", latex):
+        inner = _tower_log10(m.group(1), 0, 0)
+        if inner is None or inner[1] != len(m.group(1)):
+            continue
+        after = latex[m.end() : m.end() + 400].lstrip()
+        if after.startswith("!") and inner[0] > math.log10(25_000):
+            return True
+        if after.startswith("^"):
+            exp = _tower_log10(after, 2, 1) if after[1:2] == "{" else _tower_log10(after, 1, 1)
+            if exp is not None and 10.0 ** min(exp[0], 300.0) * inner[0] > MAX_RESULT_DIGITS:
+                return True
+    # (n!)!: anything beyond (8!)! is astronomically large
+    for m in re.finditer(r"\(\s*(\d{1,400})\s*!\s*\)\s*!", latex):
+        if int(m.group(1)) >= 9:
+            return True
+    return False

@@ -508,26 +508,37 @@ def _properties_for(
     return props if isinstance(props, Mapping) else {}
 
 
+def _tag_blocks(text: str, open_tag: str, close_tag: str) -> Iterator[tuple[int, int, int, int]]:
+    """Yield (start, body_start, close, next_open) for each `open_tag` block, left to right.
+
+    `close` is the index of the block's `close_tag`, or -1 when the next open tag (index
+    `next_open`, -1 if none) comes first or there is no close tag at all; scanning resumes
+    after the close tag, else at the next open tag. Linear: each tag is found once.
+    """
+    opens, closes = _Finder(text, open_tag), _Finder(text, close_tag)
+    pos = 0
+    while (start := opens.next(pos)) >= 0:
+        body_start = start + len(open_tag)
+        close, next_open = closes.next(body_start), opens.next(body_start)
+        if close >= 0 and not (0 <= next_open < close):
+            yield start, body_start, close, next_open
+            pos = close + len(close_tag)
+        else:
+            yield start, body_start, -1, next_open
+            pos = next_open if next_open >= 0 else len(text)
+
+
 def _collect_xml_functions(
     out: _Collector, text: str, schemas: Mapping[str, Mapping[str, Any]] | None
 ) -> None:
-    opens, closes = _Finder(text, _FUNC_OPEN), _Finder(text, _FUNC_CLOSE)
-    pos = 0
-    while True:
-        start = opens.next(pos)
-        if start < 0:
-            return
-        body = start + len(_FUNC_OPEN)
-        close, next_open = closes.next(body), opens.next(body)
-        if close < 0 or (0 <= next_open < close):
+    for start, body, close, next_open in _tag_blocks(text, _FUNC_OPEN, _FUNC_CLOSE):
+        if close < 0:
             end = next_open if next_open >= 0 else len(text)
             out.add_error("<function=...> block has no </function>", text[start:end])
-            pos = end
             continue
         out.attempt(
             text[start : close + len(_FUNC_CLOSE)], lambda b=text[body:close]: _xml_call(b, schemas)
         )
-        pos = close + len(_FUNC_CLOSE)
 
 
 # --------------------------------------------------------------------------------------
@@ -541,27 +552,19 @@ def _parse_tagged(
     out: _Collector, text: str, schemas: Mapping[str, Mapping[str, Any]] | None
 ) -> None:
     """<tool_call>...</tool_call> blocks; each body is JSON (Hermes) or <function=...> (Qwen3)."""
-    opens, closes = _Finder(text, _TOOL_OPEN), _Finder(text, _TOOL_CLOSE)
-    pos = 0
-    while True:
-        start = opens.next(pos)
-        if start < 0:
-            return
-        body_start = start + len(_TOOL_OPEN)
-        close, next_open = closes.next(body_start), opens.next(body_start)
-        if close >= 0 and not (0 <= next_open < close):
-            body_end, pos = close, close + len(_TOOL_CLOSE)
+    for start, body_start, close, next_open in _tag_blocks(text, _TOOL_OPEN, _TOOL_CLOSE):
+        if close >= 0:
+            body_end, block_end = close, close + len(_TOOL_CLOSE)
         elif next_open < 0:
             # generation stopped on the close tag (a stop string), or was truncated: accept
             # the block if its body is complete on its own
-            body_end = pos = len(text)
+            body_end = block_end = len(text)
         else:
             out.add_error("<tool_call> without </tool_call>", text[start:next_open])
-            pos = next_open
             continue
         body = text[body_start:body_end].strip()
         if not body:
-            out.add_error("empty <tool_call> block", text[start:pos])
+            out.add_error("empty <tool_call> block", text[start:block_end])
         elif body.startswith(_FUNC_OPEN):
             inner = _Collector(out.result.format, out.max_depth)
             _collect_xml_functions(inner, body, schemas)

@@ -194,7 +194,7 @@ def bench_speed(args: argparse.Namespace, gen: torch.Generator) -> dict:
 
 def bench_forward(args: argparse.Namespace, verigate_s: float) -> dict:
     """Tiny-model forward time on a few length-T sequences, scaled to N x G sequences."""
-    from veristep.train.tiny import build_char_tokenizer, build_tiny_causal_lm
+    from veristep.train.demo.tiny import build_char_tokenizer, build_tiny_causal_lm
 
     tok = build_char_tokenizer(model_max_length=args.t)
     model = build_tiny_causal_lm(tok, max_position_embeddings=args.t).eval()

@@ -194,8 +194,8 @@ def final_eval(model_dir: str | Path, tokenizer_dir: str | Path, n: int, seed: i
     exact checker, and the same sampling seeds for every model.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from veristep.train.task import check_completion, make_problems
-    from veristep.train.warmstart import generate_completions
+    from veristep.train.demo.task import check_completion, make_problems
+    from veristep.train.demo.warmstart import generate_completions
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     for method in methods:
         _trainer_config(settings, method, 0, Path(args.runs_dir) / "check", 1, False)
 
-    from veristep.train import warmstart
+    from veristep.train.demo import warmstart
 
     t0 = time.perf_counter()
     model = settings.overrides.get("model", "builtin:warmstart")

@@ -1,7 +1,7 @@
 """Scorer throughput: batched `score_batch` vs one-by-one `score`, in the same process.
 
 Scorers: the rule scorer and a tiny random model in each layout (Qwen PRM `hf`, TRL
-`token-cls`, Math-Shepherd `shepherd`), built offline with veristep.train.tiny's character
+`token-cls`, Math-Shepherd `shepherd`), built offline with veristep.train.demo.tiny's character
 tokenizer. Traces come from ProcessBench (the shipped test sample by default). Each mode is
 timed `--repeats` times and the best run is kept; the batched/one-by-one ratio is what carries
 over to other machines, not the absolute numbers.
@@ -24,7 +24,7 @@ def _tiny_scorers(batch_size: int, hidden: int, layers: int, max_length: int) ->
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
     from veristep.prm.hf import QwenPRMScorer, ShepherdScorer, TokenClassificationScorer
-    from veristep.train.tiny import build_char_tokenizer
+    from veristep.train.demo.tiny import build_char_tokenizer
 
     tok = build_char_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})

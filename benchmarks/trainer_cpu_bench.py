@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(HERE / "results" / "trainer_cpu_bench.json"))
     args = parser.parse_args(argv)
 
-    from veristep.train.tiny import save_tiny_model
+    from veristep.train.demo.tiny import save_tiny_model
 
     torch.set_num_threads(args.threads)
     runs: dict[str, list[dict]] = {"veristep": [], "trl": []}

@@ -20,7 +20,7 @@ TEST_DATA = REPO_ROOT / "tests" / "data"
 @pytest.fixture(scope="session")
 def char_tokenizer():
     """A character-level PreTrainedTokenizerFast with pad/eos/bos set and a chat template."""
-    from veristep.train.tiny import build_char_tokenizer
+    from veristep.train.demo.tiny import build_char_tokenizer
 
     return build_char_tokenizer()
 
@@ -28,7 +28,7 @@ def char_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A directory with a random tiny Llama-style LM and its tokenizer, for from_pretrained."""
-    from veristep.train.tiny import save_tiny_model
+    from veristep.train.demo.tiny import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 

@@ -57,7 +57,7 @@ def load_records(source: str, *, split: str = "train", config_name: str | None =
         name, kwargs = parse_builtin(source)
         if name != "arith":
             raise ValueError(f"dataset={source!r}: the only built-in task is builtin:arith")
-        from veristep.train import task
+        from veristep.train.demo import task
 
         return [dict(r) for r in task.make_problems(limit or 2000, seed=seed, **kwargs)]
     path = Path(source)

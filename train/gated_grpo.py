@@ -110,7 +110,7 @@ def train(cfg: Config) -> dict[str, Any]:
 
         separator = cfg.prm_separator
         if separator is None and cfg.dataset.startswith("builtin:arith"):
-            from veristep.train.task import STEP_SEPARATOR as separator
+            from veristep.train.demo.task import STEP_SEPARATOR as separator
         options = {"separator": separator} if separator else {}
         scorer = load_scorer(cfg.prm, device=cfg.prm_device or str(device), **options)
     sampler = PromptSampler(len(train_set), cfg.seed)
@@ -522,7 +522,7 @@ def _resolve_model(cfg: Config, info: DistInfo) -> str:
     """A local path or hub name for from_pretrained; builds the built-in warm start if asked."""
     if cfg.model != "builtin:warmstart":
         return cfg.model
-    from veristep.train import warmstart
+    from veristep.train.demo import warmstart
 
     if info.is_main:
         print(f"preparing the built-in warm-start model in {cfg.warmstart_dir} (cached after the first run)",

@@ -21,7 +21,7 @@ OTHERS = [("Q", "a\n\nb"), ("A much longer prompt here.", "one step only"), ("P"
 
 @pytest.fixture(scope="module")
 def prm_tokenizer():
-    from veristep.train.tiny import build_char_tokenizer
+    from veristep.train.demo.tiny import build_char_tokenizer
 
     tok = build_char_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from veristep.train import task, warmstart
+from veristep.train.demo import task, warmstart
 
 # A recipe small enough to train in a few seconds on a loaded CPU.
 TINY = dict(

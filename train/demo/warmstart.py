@@ -1,8 +1,8 @@
 """The warm start: a tiny character-level model taught the arithmetic task from noisy demos.
 
 RL needs a policy that sometimes succeeds. `ensure_warm_start` builds the character
-tokenizer and a tiny Llama-architecture model (veristep.train.tiny), trains it briefly with
-supervised learning on demonstrations that contain injected mistakes (veristep.train.task),
+tokenizer and a tiny Llama-architecture model (veristep.train.demo.tiny), trains it briefly with
+supervised learning on demonstrations that contain injected mistakes (veristep.train.demo.task),
 and saves it, so that its success rate is high on easy prompts and low but not zero on hard
 ones: the regime where GRPO groups collapse. The recipe is shipped, not the weights; the
 result is cached under a hash of the recipe.
@@ -41,7 +41,7 @@ class WarmStartRecipe:
     num_heads: int = 2
     num_kv_heads: int = 1
     intermediate_size: int = 384
-    # data: demonstrations drawn evenly from these difficulty levels of veristep.train.task
+    # data: demonstrations drawn evenly from these difficulty levels of veristep.train.demo.task
     levels: tuple[str, ...] = ("easy", "medium", "hard")
     demos_per_level: int = 4000
     step_error_rate: float = 0.05

@@ -6,7 +6,8 @@ import ast
 import operator
 
 import pytest
-from veristep.train import task
+from veristep.prm import RuleScorer
+from veristep.train.demo import task
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
@@ -139,10 +140,7 @@ def test_check_completion_survives_garbage(completion):
 
 
 def test_rule_prm_scores_every_reference_step_as_correct():
-    prm = pytest.importorskip("veristep.prm")
-    if not hasattr(prm, "RuleScorer"):
-        pytest.skip("veristep.prm.RuleScorer is not merged into this branch yet")
-    scorer = prm.RuleScorer(separator=task.STEP_SEPARATOR)
+    scorer = RuleScorer(separator=task.STEP_SEPARATOR)
     for problem in task.make_problems(50, seed=2, level="hard"):
         scores = scorer.score(problem["prompt"], problem["solution"])
         claim_scores = scores.scores[: problem["num_steps"]]

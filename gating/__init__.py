@@ -5,9 +5,9 @@ Shapes: N prompts, G samples each, S steps, T completion tokens; padding is mask
 (shared/docs/gating-spec.md); README.md "## Gating" summarises the conventions.
 """
 
-from ._common import Agg, Gate, OutcomeMethod, Std, VirtualValue
 from .dapo import clipped_surrogate, dynamic_sampling_keep, overlong_penalty
 from .monitors import collapse_mask, collapse_metrics, collapse_stats
+from .options import Agg, Gate, OutcomeMethod, Std, VirtualValue
 from .outcome import outcome_advantages
 from .pool import Pool, PromptPool
 from .prm_outcome import prm_as_outcome_rewards

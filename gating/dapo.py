@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .monitors import _check_rewards, _collapse
+from .checks import check_rewards
+from .groups import collapsed
 
 
 def dynamic_sampling_keep(rewards: torch.Tensor, tau: float = 0.0) -> torch.Tensor:
@@ -14,13 +15,13 @@ def dynamic_sampling_keep(rewards: torch.Tensor, tau: float = 0.0) -> torch.Tens
 
     The trainer keeps sampling until it has enough kept groups and reports the extra rollouts.
     """
-    rewards = _check_rewards(rewards)
+    rewards = check_rewards(rewards)
     if rewards.shape[1] < 2:
         raise ValueError(
             f"dynamic sampling needs G >= 2 samples per prompt (got G={rewards.shape[1]}): "
             "a single sample is always collapsed, so no group would ever be kept"
         )
-    return ~_collapse(rewards, tau)
+    return ~collapsed(rewards, tau)
 
 
 def overlong_penalty(

@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
-from ._common import OutcomeMethod, Std, VirtualValue, group_normalise, parse_option
-from .monitors import _check_rewards, _collapse
+from .checks import check_rewards
+from .groups import collapsed, group_normalise
+from .options import OutcomeMethod, Std, VirtualValue, parse_option
 
 # Options each method accepts besides std/eps; anything else is a configuration error.
 _METHOD_OPTIONS: dict[OutcomeMethod, frozenset[str]] = {
@@ -45,7 +46,7 @@ def outcome_advantages(
         only when the batch ACR exceeds it; default None = always).
     A group whose rewards are all equal gets exactly 0 from grpo, dr_grpo and wapo.
     """
-    rewards = _check_rewards(rewards)
+    rewards = check_rewards(rewards)
     method = parse_option(OutcomeMethod, method, "method")
     ddof = parse_option(Std, std, "std").ddof
     if eps < 0:
@@ -94,7 +95,7 @@ def _avspo(
     kind = parse_option(VirtualValue, virtual, "virtual")
     low, high = _bounds(bounds)
     n = rewards.shape[0]
-    collapsed = _collapse(rewards, tau)
+    is_collapsed = collapsed(rewards, tau)
     if kind is VirtualValue.OPPOSITE:
         level = rewards.mean(-1)
         v = torch.where(level <= (low + high) / 2, high, low).to(rewards.dtype)
@@ -107,8 +108,8 @@ def _avspo(
     # The virtual column is dropped after normalising: it shifts the statistics, gets no gradient.
     with_virtual = group_normalise(augmented, None, ddof, eps)[:, :-1]
     plain = group_normalise(rewards, None, ddof, eps)
-    use = collapsed
+    use = is_collapsed
     if acr_threshold is not None:
         # A 0-dim comparison instead of a Python `if` keeps this free of host syncs.
-        use = use & (collapsed.to(rewards.dtype).mean() > acr_threshold)
+        use = use & (is_collapsed.to(rewards.dtype).mean() > acr_threshold)
     return torch.where(use.unsqueeze(-1), with_virtual, plain)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ._common import Agg, as_bool, as_float, check_finite, parse_option
+from .checks import as_bool, as_float, check_finite
+from .options import Agg, parse_option
 
 
 def prm_as_outcome_rewards(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import as_bool, check_prefix, check_shape
+from .checks import as_bool, check_prefix, check_shape, check_token_step
 
 
 def broadcast_to_tokens(advantages: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
@@ -17,27 +17,6 @@ def broadcast_to_tokens(advantages: torch.Tensor, token_mask: torch.Tensor) -> t
     return torch.where(mask, advantages.unsqueeze(-1), zero)
 
 
-def check_token_step(token_step: torch.Tensor, n_steps: int) -> None:
-    """Raise unless token_step is an integer tensor with values in [-1, max(n_steps - 1, 0)].
-
-    Index 0 stays legal when there are no steps at all (S = 0): a batch in which no group
-    reaches the PRM still marks its completion tokens with a non-negative index.
-    """
-    if not isinstance(token_step, torch.Tensor):
-        raise TypeError(f"token_step must be a torch.Tensor, got {type(token_step).__name__}")
-    if token_step.is_floating_point() or token_step.dtype == torch.bool:
-        raise ValueError(f"token_step must hold integer step indices, got dtype {token_step.dtype}")
-    top = max(n_steps - 1, 0)
-    if not token_step.numel():
-        return
-    lo, hi = (int(v) for v in torch.aminmax(token_step))
-    if lo < -1 or hi > top:
-        raise ValueError(
-            f"token_step values must be -1 (padding) or a step index in [0, {top}], "
-            f"got values in [{lo}, {hi}]"
-        )
-
-
 def steps_to_tokens(step_values: torch.Tensor, token_step: torch.Tensor) -> torch.Tensor:
     """Give every token the value of its step: [N, G, S] x token_step [N, G, T] -> [N, G, T].
 
@@ -48,14 +27,17 @@ def steps_to_tokens(step_values: torch.Tensor, token_step: torch.Tensor) -> torc
     check_shape("token_step", token_step, "N, G, T")
     check_prefix("token_step", token_step, "step_values", step_values, 2)
     check_token_step(token_step, step_values.shape[-1])
-    return _gather_steps(step_values, token_step)
+    return gather_steps(step_values, token_step)
 
 
-def _gather_steps(step_values: torch.Tensor, token_step: torch.Tensor) -> torch.Tensor:
-    """steps_to_tokens without validation."""
+def gather_steps(step_values: torch.Tensor, token_step: torch.Tensor) -> torch.Tensor:
+    """steps_to_tokens on checked inputs: one gather, 0 for padding (-1) and when S = 0."""
     # A leading zero column turns padding (-1) into index 0: one gather, no masking pass.
+    # With no steps at all (S = 0) index 0 is still legal (see check_token_step); a trailing
+    # zero column gives it a value.
+    n_zero_tail = 1 if step_values.shape[-1] == 0 else 0
     zero = step_values.new_zeros(step_values.shape[:2] + (1,))
-    table = torch.cat([zero, step_values], dim=-1)
+    table = torch.cat([zero, step_values] + [zero] * n_zero_tail, dim=-1)
     return torch.gather(table, -1, token_step.long() + 1)
 
 

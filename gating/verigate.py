@@ -8,35 +8,17 @@ from __future__ import annotations
 
 import torch
 
-from ._common import (
-    Gate,
-    Std,
-    as_bool,
-    as_float,
-    at_or_beyond,
+from .checks import (
     check_finite,
     check_prefix,
+    check_rewards,
     check_shape,
-    group_normalise,
-    parse_option,
+    check_steps,
+    check_token_step,
 )
-from .monitors import _check_rewards, _collapse, _collapse_stats
-from .token_steps import check_token_step
-
-
-def _check_steps(
-    step_scores: torch.Tensor, step_mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate step scores / mask [N, G, S]; return (float scores, bool mask)."""
-    step_scores = as_float(step_scores, "step_scores")
-    check_shape("step_scores", step_scores, "N, G, S")
-    check_shape("step_mask", step_mask, "N, G, S")
-    if step_mask.shape != step_scores.shape:
-        raise ValueError(
-            f"step_mask shape {tuple(step_mask.shape)} != step_scores {tuple(step_scores.shape)}"
-        )
-    check_prefix("step_mask", step_mask, "step_scores", step_scores, 3)
-    return step_scores, as_bool(step_mask, "step_mask")
+from .groups import at_or_beyond, collapse_rates, collapsed, group_normalise
+from .options import Gate, Std, parse_option
+from .token_steps import gather_steps
 
 
 def _suffix_sum(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -48,7 +30,7 @@ def _suffix_sum(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def future_cumulated_rewards(step_scores: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
     """c[n, g, j] = sum of the valid scores of steps k >= j (undiscounted); 0 on masked steps."""
-    scores, mask = _check_steps(step_scores, step_mask)
+    scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     return _suffix_sum(scores, mask)
 
@@ -66,7 +48,7 @@ def prm_step_advantages(
     (rollout, step) pairs of the group; a group whose c are all equal, or that has no step,
     gets 0. Masked steps get 0.
     """
-    scores, mask = _check_steps(step_scores, step_mask)
+    scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     ddof = parse_option(Std, std, "std").ddof
     return _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
@@ -92,7 +74,7 @@ def process_grpo_advantages(
     Step scores are normalised over all valid (rollout, step) pairs of the group first, then
     each step gets the suffix sum of the normalised values (the reverse order of VeriGate).
     """
-    scores, mask = _check_steps(step_scores, step_mask)
+    scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     ddof = parse_option(Std, std, "std").ddof
     return _suffix_sum(group_normalise(scores, mask, ddof, eps), mask)
@@ -105,16 +87,16 @@ def gate_mask(
 
     "all_wrong": collapsed and every reward at or below `low`; "any_collapsed": collapsed.
     """
-    rewards = _check_rewards(rewards)
+    rewards = check_rewards(rewards)
     return _gate(rewards, parse_option(Gate, gate, "gate"), tau, low)
 
 
 def _gate(rewards: torch.Tensor, gate: Gate, tau: float, low: float) -> torch.Tensor:
     """gate_mask without validation."""
-    collapsed = _collapse(rewards, tau)
+    is_collapsed = collapsed(rewards, tau)
     if gate is Gate.ALL_WRONG:
-        return collapsed & at_or_beyond(rewards, low, above=False).all(-1)
-    return collapsed
+        return is_collapsed & at_or_beyond(rewards, low, above=False).all(-1)
+    return is_collapsed
 
 
 def verigate_advantages(
@@ -147,8 +129,8 @@ def verigate_advantages(
     adv/nonzero_frac (share of non-padding tokens with |A| > 0), gate/acr,
     gate/all_wrong_rate, gate/all_correct_rate.
     """
-    rewards = _check_rewards(rewards)
-    scores, mask = _check_steps(step_scores, step_mask)
+    rewards = check_rewards(rewards)
+    scores, mask = check_steps(step_scores, step_mask)
     check_prefix("step_scores", scores, "rewards", rewards, 2)
     check_shape("token_step", token_step, "N, G, T")
     check_prefix("token_step", token_step, "rewards", rewards, 2)
@@ -162,7 +144,7 @@ def verigate_advantages(
     dtype = torch.promote_types(rewards.dtype, scores.dtype)
     rewards, scores = rewards.to(dtype), scores.to(dtype)
 
-    collapsed = _collapse(rewards, tau)
+    is_collapsed = collapsed(rewards, tau)
     gated = _gate(rewards, gate_kind, tau, low)
     check_finite("step_scores", scores, mask & gated[:, None, None])
 
@@ -173,20 +155,19 @@ def verigate_advantages(
     zero = torch.zeros((), dtype=dtype, device=rewards.device)
     outcome = group_normalise(rewards, None, ddof, eps)
     # tau > 0 can call a group collapsed whose rewards still differ slightly: it gets 0 too.
-    outcome = torch.where(collapsed.unsqueeze(-1), zero, outcome)
+    outcome = torch.where(is_collapsed.unsqueeze(-1), zero, outcome)
     step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
     # One [N, G, S] table serves both branches (a gated group's step advantages, else the
     # outcome advantage on every step), so the [N, G, T] work is a single gather.
     table = torch.where(gated[:, None, None], step_adv, outcome.unsqueeze(-1))
-    index = token_step.long() + 1  # padding (-1) reads the leading zero column
-    adv = torch.gather(torch.cat([table.new_zeros(table.shape[:2] + (1,)), table], -1), -1, index)
+    adv = gather_steps(table, token_step)
 
-    stats = _collapse_stats(rewards, tau, low, high)
+    stats = collapse_rates(rewards, tau, low, high)
     n_gated = gated.sum()
     gated_steps = (mask.sum(-1) * gated.unsqueeze(-1)).sum()
     gated_responses = n_gated * rewards.shape[1]
     prm_flat = gated & ~(step_adv != 0).flatten(1).any(-1)
-    n_tokens = torch.count_nonzero(index)
+    n_tokens = torch.count_nonzero(token_step >= 0)
     nonzero = torch.count_nonzero(adv)  # padding is exactly 0
     values = torch.stack(
         [

@@ -17,17 +17,27 @@ OUTCOME_METHOD = {"grpo": "grpo", "dapo": "grpo", "dr_grpo": "dr_grpo", "sign": 
                   "wapo": "wapo", "avspo": "avspo"}
 
 
-def prm_groups(method: str, rewards: torch.Tensor, tau: float, gate: str) -> list[int]:
+def gate_options(cfg: Any) -> dict[str, Any]:
+    """The gate's arguments from the config: the one source of both the PRM's groups and VeriGate's.
+
+    `prm_groups` (which groups the PRM scores) and `compute_advantages` (which groups VeriGate
+    sends to its PRM branch) both pass exactly these to `veristep.gating`, so the two
+    decisions cannot drift apart.
+    """
+    return {"gate": cfg.gate, "tau": cfg.tau, "low": cfg.reward_low}
+
+
+def prm_groups(cfg: Any, rewards: torch.Tensor) -> list[int]:
     """Indices of the groups whose completions the PRM must score (rewards `[N, G]`).
 
     VeriGate: exactly the groups `veristep.gating.gate_mask` sends to its PRM branch, so
     the PRM runs on nothing the gate will not read; prm_as_outcome: every group.
     """
-    if method == "prm_as_outcome":
+    if cfg.advantage == "prm_as_outcome":
         return list(range(rewards.shape[0]))
-    if method != "verigate":
+    if cfg.advantage != "verigate":
         return []
-    sent = gating.gate_mask(rewards, gate=gate, tau=tau, low=0.0)
+    sent = gating.gate_mask(rewards, **gate_options(cfg))
     return [int(i) for i in torch.nonzero(sent).flatten()]
 
 
@@ -44,8 +54,9 @@ def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor
     metrics: dict[str, float] = {}
     if method == "verigate":
         adv, gate_metrics = gating.verigate_advantages(
-            rewards, steps.step_scores, steps.step_mask, steps.token_step, gate=cfg.gate,
-            tau=cfg.tau, std=cfg.adv_std, eps=cfg.adv_eps, centre_scores=cfg.centre_scores)
+            rewards, steps.step_scores, steps.step_mask, steps.token_step, std=cfg.adv_std,
+            eps=cfg.adv_eps, centre_scores=cfg.centre_scores, high=cfg.reward_high(),
+            **gate_options(cfg))
         metrics.update({k: float(v) for k, v in gate_metrics.items()})
     else:
         if method == "prm_as_outcome":

@@ -71,6 +71,7 @@ class Config:
     advantage: str = field(default="verigate", metadata={"help": "|".join(ADVANTAGE_METHODS)})
     gate: str = field(default="all_wrong", metadata={"help": "collapsed groups sent to the PRM: all_wrong|any_collapsed"})
     tau: float = field(default=0.0, metadata={"help": "a group collapses when std(rewards) <= tau"})
+    reward_low: float = field(default=0.0, metadata={"help": "a reward at or below this counts as wrong: the all_wrong gate (PRM scoring and VeriGate's branch) and gate/all_wrong_rate use it"})
     adv_std: str = field(default="sample", metadata={"help": "std convention of group normalisation: sample (ddof 1) | population (ddof 0)"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon added to the std"})
     centre_scores: bool = field(default=False, metadata={"help": "VeriGate: use 2p-1 step scores"})
@@ -177,9 +178,15 @@ class Config:
             need(len(weights) == len(kinds), "verifier_weights", f"give one weight per verifier ({len(kinds)})")
         need(self.mini_batches <= self.prompts_per_step * self.group_size, "mini_batches",
              "cannot exceed the number of sequences per step")
+        need(self.reward_low < self.reward_high(), "reward_low",
+             f"must be below the correct reward {self.reward_high():g} (the sum of verifier_weights)")
         if self.rollout == "vllm":
             need(self.dtype != "float16" or self.device != "cpu", "dtype", "vllm on CPU needs float32 or bfloat16")
         return self
+
+    def reward_high(self) -> float:
+        """The reward of a fully correct completion: the sum of the verifier weights."""
+        return float(sum(self.verifier_weight_list()))
 
     def verifier_kinds(self) -> list[str]:
         """The verifier kinds, in order."""

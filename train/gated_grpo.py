@@ -119,7 +119,6 @@ def train(cfg: Config) -> dict[str, Any]:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     agg = "constant" if cfg.advantage in ("dr_grpo", "wapo") else cfg.loss_agg
     loss_constant = cfg.loss_constant or float(cfg.max_completion_len)
-    reward_high = float(sum(cfg.verifier_weight_list()))
 
     # ---- resume
     start_step, run_state = 0, {}
@@ -186,7 +185,7 @@ def train(cfg: Config) -> dict[str, Any]:
             correct = correct.view(n, G)
 
             # 3. gate: which groups collapsed, and which of them the PRM must score
-            groups = prm_groups(cfg.advantage, rewards, cfg.tau, cfg.gate)
+            groups = prm_groups(cfg, rewards)
             batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
             T = batch.completion_ids.shape[1]
             token_mask = batch.completion_mask.view(n, G, T).cpu().clone()  # own copy: masked below
@@ -204,8 +203,6 @@ def train(cfg: Config) -> dict[str, Any]:
 
             # 5. advantages [N, G, T]
             adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep)
-            if cfg.advantage == "wapo":
-                adv = adv.clamp(min=0.0)  # winners only: losers carry no gradient
             m.update(adv_metrics)
 
             # 6-7. pi_old / pi_ref log-probs, then the clipped loss over PPO epochs x mini-batches
@@ -224,7 +221,7 @@ def train(cfg: Config) -> dict[str, Any]:
             # 8. monitors over the global batch, prompt pools
             all_outcome = gather_rows(outcome, info)
             all_correct = gather_rows(correct, info)
-            coll = gating.collapse_metrics(all_outcome, cfg.tau, 0.0, reward_high)
+            coll = gating.collapse_metrics(all_outcome, cfg.tau, cfg.reward_low, cfg.reward_high())
             m.update({f"gate/{k}": float(v) for k, v in coll.items() if k in ("acr", "all_wrong_rate", "all_correct_rate")})
             m["reward/mean"] = float(gather_rows(rewards, info).mean())
             m["reward/std"] = float(gather_rows(rewards, info).std(unbiased=False))

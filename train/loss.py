@@ -1,4 +1,4 @@
-"""The clipped policy-gradient objective with separate low/high clip, k3 KL and loss aggregation.
+"""The trainer's loss: the clipped objective of `veristep.gating.clipped_surrogate`, k3 KL, aggregation.
 
 Per token t of a completion: rho_t = pi_theta / pi_old,
     l_t = -min(rho_t A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) A_t) + kl_coef * k3_t,
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from veristep.gating import clipped_surrogate
 
 
 def aggregation_weights(mask: torch.Tensor, agg: str, total_tokens: float, total_seqs: float,
@@ -59,9 +60,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     """Clipped-ratio loss of one micro-batch; all tensors `[B, T]`, `weights` from aggregation."""
     mask = mask.float()
     ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
-    per_token = -torch.minimum(unclipped, clipped)
+    per_token = -clipped_surrogate(ratio, advantages, eps_low, eps_high)
     policy = (per_token * weights).sum()
     loss = policy
     kl_value = 0.0

@@ -23,6 +23,14 @@ def test_steps_to_tokens():
     assert steps_to_tokens(values, token_step).tolist() == [[[1.0, 1.0, 3.0, 2.0, 0.0]]]
 
 
+def test_steps_to_tokens_without_any_step():
+    # S = 0 (no group reached the PRM): index 0 is legal and reads 0, like padding.
+    token_step = torch.tensor([[[0, 0, -1]]])
+    assert steps_to_tokens(torch.zeros(1, 1, 0), token_step).tolist() == [[[0.0, 0.0, 0.0]]]
+    with pytest.raises(ValueError, match="step index"):
+        steps_to_tokens(torch.zeros(1, 1, 0), torch.tensor([[[1]]]))
+
+
 def _offsets(tokenizer, text):
     enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
     return [start for start, _ in enc.offset_mapping]

@@ -14,6 +14,7 @@ from veristep.gating import (
     outcome_advantages,
     prm_step_advantages,
     process_grpo_advantages,
+    steps_to_tokens,
     verigate_advantages,
 )
 from veristep.gating import reference as ref
@@ -127,6 +128,24 @@ def test_equals_grpo_on_every_non_collapsed_group(case, std, eps):
         )
         mixed = ~collapse_mask(rewards)
         assert torch.equal(adv[mixed], grpo[mixed])
+
+
+@SETTINGS
+@given(case=cases(), gate=st.sampled_from(["all_wrong", "any_collapsed"]), extra=st.integers(0, 2))
+def test_is_steps_to_tokens_of_one_step_table(case, gate, extra):
+    """Token advantages = steps_to_tokens of a [N, G, S] table: step advantages where gated,
+    the outcome advantage (0 if collapsed) on every step elsewhere; one gather serves both."""
+    groups, steps, token_steps = case
+    rewards, scores, mask, token_step = ref.pad_case(groups, steps, token_steps, extra_steps=extra,
+                                                     dtype=torch.float64)
+    if scores.shape[-1] == 0:  # no step anywhere: VeriGate reads a single masked step
+        scores, mask = scores.new_zeros(scores.shape[:2] + (1,)), mask.new_zeros(mask.shape[:2] + (1,))
+    adv, _ = verigate_advantages(rewards, scores, mask, token_step, gate=gate)
+    outcome = outcome_advantages(rewards, "grpo", std="population", eps=1e-6)
+    outcome = torch.where(collapse_mask(rewards)[:, None], 0.0, outcome)
+    table = torch.where(gate_mask(rewards, gate)[:, None, None], prm_step_advantages(scores, mask),
+                        outcome[..., None].expand_as(scores))
+    assert torch.equal(adv, steps_to_tokens(table, token_step))
 
 
 @SETTINGS

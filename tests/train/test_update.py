@@ -36,7 +36,7 @@ def _update(method, model_dir, ro, rewards, tokenizer, micro_batch_size=0, optim
     before = copy.deepcopy(model.state_dict())
     batch = collate(ro.prompt_ids, ro.completion_ids, tokenizer.pad_token_id)
     n, g, t = 1, len(ro), batch.completion_ids.shape[1]
-    groups = prm_groups(method, rewards, cfg.tau, cfg.gate)
+    groups = prm_groups(cfg, rewards)
     steps = None
     if method in ("verigate", "prm_as_outcome"):
         from veristep.prm import load_scorer
@@ -67,10 +67,11 @@ def test_mixed_group_never_reaches_the_prm(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     ro = _rollouts(tok, COMPLETIONS)
     rewards = torch.tensor([[1.0, 0.0]])
-    assert prm_groups("verigate", rewards, 0.0, "all_wrong") == []
-    assert prm_groups("verigate", torch.ones(1, 2), 0.0, "all_wrong") == []
-    assert prm_groups("verigate", torch.ones(1, 2), 0.0, "any_collapsed") == [0]
-    assert prm_groups("grpo", torch.zeros(1, 2), 0.0, "all_wrong") == []
+    verigate = make_config(advantage="verigate", gate="all_wrong")
+    assert prm_groups(verigate, rewards) == []
+    assert prm_groups(verigate, torch.ones(1, 2)) == []
+    assert prm_groups(make_config(advantage="verigate", gate="any_collapsed"), torch.ones(1, 2)) == [0]
+    assert prm_groups(make_config(advantage="grpo"), torch.zeros(1, 2)) == []
     # A mixed group under verigate updates exactly like GRPO.
     _, _, _, _, m1 = _update("verigate", tiny_model_dir, ro, rewards, tok)
     _, _, _, _, m2 = _update("grpo", tiny_model_dir, ro, rewards, tok)

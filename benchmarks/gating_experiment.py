@@ -6,10 +6,14 @@ training rollouts for every method:
 
     verigate  outcome GRPO on mixed groups, rule-PRM step advantages on all-wrong groups
     grpo      group-normalised outcome advantage (collapsed groups give no gradient)
-    dr_grpo   mean-centred outcome advantage, constant loss normaliser
+    dr_grpo   mean-centred outcome advantage, constant loss normaliser (loss dr-grpo)
     dapo      dynamic sampling: resample until the batch has mixed groups (costs rollouts)
     avspo     a virtual opposite-label sample in collapsed groups
     sign      A = 2r - 1, no group statistics
+
+Every method optimises the clip-higher objective (eps 0.2/0.28); all but dr_grpo (and wapo,
+when asked for) aggregate by token-mean (loss dapo-clip-higher). Each run records its
+advantage estimator and its loss apart.
 
 DAPO spends extra rollouts per optimizer step, so for an equal budget it takes fewer steps:
 it runs in chunks (the trainer's `--resume`) until its rollouts reach the budget.
@@ -40,11 +44,16 @@ from pathlib import Path
 from typing import Any
 
 METHODS: tuple[str, ...] = ("verigate", "grpo", "dr_grpo", "dapo", "avspo", "sign")
-#: Named variants: a trainer advantage method plus fields that differ from the defaults.
+#: Named variants: a trainer advantage method plus fields that differ from the defaults
+#: (any other name runs that advantage with the default loss, dapo-clip-higher).
 VARIANTS: dict[str, dict[str, Any]] = {
     # Step scores mapped to 2p-1, so a neutral step (the "Answer:" line) adds nothing to the
     # suffix sums instead of always ranking last (see the gating spec's note on suffix sums).
     "verigate_centred": {"advantage": "verigate", "centre_scores": True},
+    # Dr. GRPO's constant normaliser, with the clip range all methods here share.
+    "dr_grpo": {"advantage": "dr_grpo", "loss": "dr-grpo", "eps_high": 0.28},
+    # WAPO's divisor (groups with a winner); its preset keeps the shared clip range.
+    "wapo": {"advantage": "wapo", "loss": "wapo"},
 }
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = REPO / "benchmarks" / "results" / "gating_experiment"
@@ -98,6 +107,11 @@ class RunResult:
     output_dir: str
     #: larger held-out check of the final model (see `final_eval`), filled in after training
     final_eval: dict[str, float] | None = None
+    #: the estimator and the objective of the run, apart (None in records from before the split)
+    advantage: str | None = None
+    loss: str | None = None
+    #: the objective as resolved by the trainer: eps_low, eps_high, loss_agg, loss_constant
+    loss_settings: dict[str, Any] | None = None
 
 
 def _trainer_config(settings: ExperimentSettings, method: str, seed: int, out: Path, steps: int, resume: bool):
@@ -118,6 +132,17 @@ def _trainer_config(settings: ExperimentSettings, method: str, seed: int, out: P
     values.update(variant)
     values.update(settings.overrides)
     return make_config(**values)
+
+
+def _fill_objective(run: RunResult, settings: ExperimentSettings, runs_dir: Path) -> None:
+    """Name the advantage and loss of a run recorded without them, from its method's variant.
+
+    Exact for runs of this script: each variant reproduces the loss its method ran with
+    before the trainer named estimator and loss apart.
+    """
+    cfg = _trainer_config(settings, run.method, run.seed, runs_dir / "check", 1, False)
+    run.advantage, run.loss = cfg.advantage, cfg.loss
+    run.loss_settings = cfg.loss_settings().to_dict()
 
 
 def run_method(settings: ExperimentSettings, method: str, seed: int, out_root: Path) -> RunResult:
@@ -176,7 +201,8 @@ def _collect(method: str, seed: int, summary: dict[str, Any], out: Path, wall: f
         completion_tokens=int(summary.get("completion_tokens", 0)),
         prm_completions=int(summary.get("prm_completions", 0)),
         wall_s=round(wall, 1), train_s=round(train_s, 1), trainer_calls=calls,
-        curve=curve, output_dir=str(out),
+        curve=curve, output_dir=str(out), advantage=summary.get("advantage"),
+        loss=summary.get("loss"), loss_settings=summary.get("loss_settings"),
     )
 
 
@@ -254,7 +280,8 @@ def summarise(results: list[RunResult], methods: list[str]) -> list[dict[str, An
         runs = [r for r in results if r.method == method]
         if not runs:
             continue
-        row: dict[str, Any] = {"method": method, "seeds": len(runs)}
+        row: dict[str, Any] = {"method": method, "advantage": runs[0].advantage,
+                               "loss": runs[0].loss, "seeds": len(runs)}
         for key in ("accuracy_before", "accuracy_after", "pass_g_after", "acr_mean",
                     "nonzero_frac_mean", "rollouts", "completion_tokens", "prm_completions",
                     "optimizer_steps", "wall_s", "train_s"):
@@ -294,12 +321,14 @@ def format_final_table(rows: list[dict[str, Any]], base: dict[str, float] | None
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table: accuracy (%) mean ± std over seeds, collapse monitors, compute."""
-    head = ("| method | held-out pass@1 before | after | gain (min..max) | after − GRPO (paired) "
-            "| ACR | non-zero adv. | opt. steps | rollouts | tokens | PRM-scored | seconds |")
+    head = ("| method | advantage | loss | held-out pass@1 before | after | gain (min..max) "
+            "| after − GRPO (paired) | ACR | non-zero adv. | opt. steps | rollouts | tokens | PRM-scored "
+            "| seconds |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
         lines.append(
-            f"| {r['method']} | {_fmt(r['accuracy_before_mean'])} "
+            f"| {r['method']} | {r.get('advantage') or '?'} | {r.get('loss') or '?'} "
+            f"| {_fmt(r['accuracy_before_mean'])} "
             f"| {_fmt(r['accuracy_after_mean'])} ± {_fmt(r['accuracy_after_std'])} "
             f"| {_fmt(r['gain_mean'])} ({_fmt(r['gain_min'])}..{_fmt(r['gain_max'])}) "
             f"| {_fmt(r['vs_grpo_mean'])} ± {_fmt(r['vs_grpo_std'])} "
@@ -465,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         previous = json.loads(args.from_json.read_text())
         results = [RunResult(**{**r, "final_eval": r.get("final_eval")}) for r in previous["runs"]]
         results = [r for r in results if r.method in methods and r.seed in seeds]
+        for r in results:
+            if r.advantage is None:  # recorded before estimator and loss were split
+                _fill_objective(r, settings, Path(args.runs_dir))
         total_s = previous.get("total_seconds", 0.0)
     else:
         with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn")) as pool:

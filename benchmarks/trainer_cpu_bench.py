@@ -1,6 +1,7 @@
 """veristep's GRPO trainer against TRL's GRPOTrainer on CPU, same tiny model, data and settings.
 
-Both run plain GRPO (group-normalised outcome advantage, token-mean loss, clip 0.2/0.28, no KL,
+Both run plain GRPO (group-normalised outcome advantage; veristep's loss preset dapo-clip-higher:
+token-mean loss, clip 0.2/0.28, the same as TRL's loss_type="dapo" with epsilon_high; no KL,
 one update per rollout batch, no gradient checkpointing) with HF `generate` rollouts on the same
 random-init tiny Llama model (character tokenizer), the same prompts, G, lengths and steps, and
 the same reward function, in this one process. The first step of each is a warm-up and is not
@@ -66,7 +67,7 @@ def run_veristep(args, model_dir: Path, data_path: Path, out_dir: Path) -> dict:
         model=str(model_dir), dataset=str(data_path), verifier=f"{Path(__file__).resolve()}:FirstCharVerifier",
         advantage="grpo", prm="", steps=args.steps, group_size=args.group_size,
         prompts_per_step=args.prompts_per_step, max_completion_len=args.completion_len,
-        max_prompt_len=64, lr=1e-5, eps_low=0.2, eps_high=0.28, kl_coef=0.0, loss_agg="token-mean",
+        max_prompt_len=64, lr=1e-5, loss="dapo-clip-higher", kl_coef=0.0,
         eval_size=0, eval_interval=0, checkpoint_interval=0, progress=False, seed=args.seed,
         output_dir=str(out_dir), adv_std="sample", adv_eps=1e-4,
     )
@@ -76,6 +77,7 @@ def run_veristep(args, model_dir: Path, data_path: Path, out_dir: Path) -> dict:
     tokens = sum(r["throughput/tokens_per_s"] * r["time/step_s"] for r in rows)
     samples = len(rows) * args.prompts_per_step * args.group_size
     return {"seconds": seconds, "samples": samples, "completion_tokens": tokens,
+            "advantage": summary["advantage"], "loss": summary["loss_settings"],
             "breakdown_s": {k: sum(r[k] for r in rows) for k in ("time/rollout_s", "time/reward_s", "time/train_s")}}
 
 
@@ -162,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = {k: sum(r[k] for r in rs) for k in ("seconds", "samples", "completion_tokens")}
         results[name]["per_run_seconds"] = [r["seconds"] for r in rs]
         results[name]["threads"] = sorted({r["threads"] for r in rs})
+        if "advantage" in rs[0]:  # the estimator and the objective, recorded apart
+            results[name]["advantage"], results[name]["loss"] = rs[0]["advantage"], rs[0]["loss"]
         if "breakdown_s" in rs[0]:
             results[name]["breakdown_s"] = {k: sum(r["breakdown_s"][k] for r in rs) for k in rs[0]["breakdown_s"]}
     for r in results.values():

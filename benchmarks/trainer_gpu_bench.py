@@ -123,7 +123,7 @@ def phase_train(args, model_dir: Path, tok_dir: Path, data: Path, out_dir: Path)
     verifier = f"{HERE / 'trainer_cpu_bench.py'}:FirstCharVerifier"
     cfg = make_config(
         model=str(model_dir), tokenizer=str(tok_dir), dataset=str(data), verifier=verifier,
-        advantage="grpo", prm="", rollout=args.rollout, steps=args.steps, group_size=args.group_size,
+        advantage="grpo", loss="dapo-clip-higher", prm="", rollout=args.rollout, steps=args.steps, group_size=args.group_size,
         prompts_per_step=args.prompts, max_prompt_len=128, max_completion_len=args.completion_len,
         micro_batch_size=args.micro_batch, gradient_checkpointing=True, dtype="bfloat16", lr=1e-6,
         eval_size=0, eval_interval=0, checkpoint_interval=0, progress=False, output_dir=str(out_dir),
@@ -146,6 +146,7 @@ def phase_train(args, model_dir: Path, tok_dir: Path, data: Path, out_dir: Path)
     achieved = flops_per_token * tokens_per_step / train_s
     return {
         "device": name, "params": n_params, "steps_timed": len(rows),
+        "advantage": summary["advantage"], "loss": summary["loss_settings"],
         "rollout_tokens_per_s": sum(r["throughput/tokens_per_s"] * r["time/step_s"] for r in rows)
         / sum(r["time/rollout_s"] for r in rows),
         "training_tokens_per_s": tokens_per_step / train_s,

@@ -1,15 +1,20 @@
 """Advantage estimators, the VeriGate gate and collapse monitors (pure tensor functions).
 
 Shapes: N prompts, G samples each, S steps, T completion tokens; padding is masked
-(step_mask False, token_step -1). Every estimator is defined in the gating spec
-(shared/docs/gating-spec.md); README.md "## Gating" summarises the conventions.
+(step_mask False, token_step -1). Every estimator is defined, with hand-computed cases, in
+docs/gating-spec.md; docs/gating.md summarises the conventions.
+
+Modules: options (option enums), checks (input validation), groups (group statistics on
+checked tensors), outcome / verigate / prm_outcome / dapo (the estimators and DAPO's pieces),
+token_steps (response <-> step <-> token maps), monitors (collapse rates), difficulty
+(per-prompt easy / frontier / hard tracking), reference (a slow plain-Python oracle for tests).
 """
 
 from .dapo import clipped_surrogate, dynamic_sampling_keep, overlong_penalty
+from .difficulty import Difficulty, DifficultyTracker
 from .monitors import collapse_mask, collapse_metrics, collapse_stats
 from .options import Agg, Gate, OutcomeMethod, Std, VirtualValue
 from .outcome import outcome_advantages
-from .pool import Pool, PromptPool
 from .prm_outcome import prm_as_outcome_rewards
 from .token_steps import broadcast_to_tokens, steps_to_tokens, token_step_from_offsets
 from .verigate import (
@@ -22,10 +27,10 @@ from .verigate import (
 
 __all__ = [
     "Agg",
+    "Difficulty",
+    "DifficultyTracker",
     "Gate",
     "OutcomeMethod",
-    "Pool",
-    "PromptPool",
     "Std",
     "VirtualValue",
     "broadcast_to_tokens",

@@ -1,4 +1,8 @@
-"""DAPO pieces (Yu et al. 2025): dynamic sampling, overlong shaping and the clip-higher surrogate."""
+"""DAPO pieces (Yu et al. 2025): dynamic sampling, overlong shaping and the clipped surrogate.
+
+`clipped_surrogate` is PPO's per-token objective with separate low / high clip (DAPO's
+clip-higher when eps_high > eps_low); the trainer's loss (veristep.train.loss) is built on it.
+"""
 
 from __future__ import annotations
 

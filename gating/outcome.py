@@ -31,7 +31,7 @@ def outcome_advantages(
 ) -> torch.Tensor:
     """Per-sample advantages [N, G] from outcome rewards [N, G] by one estimator.
 
-    Methods (defined in shared/docs/gating-spec.md):
+    Methods (defined in docs/gating-spec.md):
       - ``grpo``: (r - mean) / (std + eps) per group.
       - ``dr_grpo``: r - mean (no std).
       - ``sign``: 2 (r - low) / (high - low) - 1, i.e. 2r - 1 for binary r; no group statistics.

@@ -1,7 +1,7 @@
 """Slow plain-Python reference of the gating estimators, for tests and the benchmark.
 
 Written independently of the tensor code: ragged Python lists instead of padded tensors,
-explicit loops over groups, rollouts, steps and tokens. It follows shared/docs/gating-spec.md and
+explicit loops over groups, rollouts, steps and tokens. It follows docs/gating-spec.md and
 the same two conventions the tensor code documents: values count as equal when
 |a - b| <= 1e-8 + 1e-5 |b| (torch.isclose defaults), and a group whose values are all equal
 gets advantage exactly 0. Never use it for training; it exists to be obviously right.

@@ -1,1 +1,1 @@
-"""The gated GRPO trainer and its building blocks."""
+"""The gated GRPO trainer (gated_grpo.py) and its components; the demo assets are in `.demo`."""

@@ -1,4 +1,4 @@
-"""Checkpoints that lose nothing: model, optimizer, scheduler, RNG states, sampler and prompt pools,
+"""Checkpoints that lose nothing: model, optimizer, scheduler, RNG states, sampler and prompt difficulty,
 step counter; written atomically (a temporary folder renamed into place, then a `latest` pointer
 replaced), so a crash mid-save leaves the previous checkpoint intact.
 

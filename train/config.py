@@ -16,13 +16,61 @@ from pathlib import Path
 from typing import Any
 
 ADVANTAGE_METHODS = ("verigate", "grpo", "dr_grpo", "dapo", "avspo", "sign", "wapo", "prm_as_outcome")
-LOSS_AGGREGATIONS = ("token-mean", "sequence-mean", "constant")
+LOSS_AGGREGATIONS = ("token-mean", "sequence-mean", "constant", "winner-constant")
+#: Aggregations that divide by a constant (`loss_constant`, default max_completion_len).
+CONSTANT_AGGREGATIONS = ("constant", "winner-constant")
+#: The objective presets of `--loss`: clip range and loss aggregation. An explicit `eps_low`,
+#: `eps_high` or `loss_agg` overrides its preset value; nothing else changes them.
+LOSS_PRESETS: dict[str, dict[str, Any]] = {
+    # DAPO (Yu et al. 2025): clip-higher and one mean over all tokens of the batch.
+    "dapo-clip-higher": {"eps_low": 0.2, "eps_high": 0.28, "loss_agg": "token-mean"},
+    # PPO's symmetric clip and a mean per sequence, then over sequences (the GRPO paper).
+    "ppo-clip": {"eps_low": 0.2, "eps_high": 0.2, "loss_agg": "sequence-mean"},
+    # Dr. GRPO (Liu et al. 2025): no 1/|o| length normalisation, one constant normaliser.
+    "dr-grpo": {"eps_low": 0.2, "eps_high": 0.2, "loss_agg": "constant"},
+    # WAPO's divisor: the constant normaliser over the groups that have a winner. It is a loss
+    # aggregation, not part of the wapo estimator, because it divides the loss, not the
+    # advantages: the estimator stays a pure function of the rewards, and any estimator can
+    # be paired with any objective. Clip-higher as in the default: only the divisor differs.
+    "wapo": {"eps_low": 0.2, "eps_high": 0.28, "loss_agg": "winner-constant"},
+}
 #: Methods whose advantages need PRM step scores (on some or all groups).
 PRM_METHODS = ("verigate", "prm_as_outcome")
 
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the field."""
+
+
+#: Fields renamed since earlier versions: old name -> new name (named in the error message).
+RENAMED_FIELDS = {"pool_ema": "difficulty_ema"}
+
+
+def _unknown_fields(names: list[str]) -> str:
+    """The unknown field names, each with its new name where it was renamed."""
+    return ", ".join(f"{n} (renamed to {RENAMED_FIELDS[n]})" if n in RENAMED_FIELDS else n
+                     for n in names)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The objective a run optimises: its `loss` preset with explicit fields applied."""
+
+    preset: str
+    eps_low: float
+    eps_high: float
+    agg: str
+    constant: float  # normaliser of the constant aggregations (loss_constant or max_completion_len)
+
+    def describe(self) -> str:
+        """One line for the console, e.g. `dapo-clip-higher (eps 0.2/0.28, token-mean)`."""
+        const = f", constant {self.constant:g}" if self.agg in CONSTANT_AGGREGATIONS else ""
+        return f"{self.preset} (eps {self.eps_low:g}/{self.eps_high:g}, {self.agg}{const})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved values under the names of the Config fields (for summary.json)."""
+        return {"loss": self.preset, "eps_low": self.eps_low, "eps_high": self.eps_high,
+                "loss_agg": self.agg, "loss_constant": self.constant}
 
 
 @dataclass
@@ -68,17 +116,17 @@ class Config:
     mask_truncated: bool = field(default=False, metadata={"help": "leave completions that hit max_completion_len out of the loss"})
     overlong_cache_len: int = field(default=0, metadata={"help": "DAPO overlong shaping window (0: off)"})
     # --- advantages ------------------------------------------------------------------------
-    advantage: str = field(default="verigate", metadata={"help": "|".join(ADVANTAGE_METHODS)})
+    advantage: str = field(default="verigate", metadata={"help": "advantage estimator: " + "|".join(ADVANTAGE_METHODS) + "; the objective is chosen apart by --loss (dapo here also turns on DAPO's dynamic sampling)"})
     gate: str = field(default="all_wrong", metadata={"help": "collapsed groups sent to the PRM: all_wrong|any_collapsed"})
     tau: float = field(default=0.0, metadata={"help": "a group collapses when std(rewards) <= tau"})
     reward_low: float = field(default=0.0, metadata={"help": "a reward at or below this counts as wrong: the all_wrong gate (PRM scoring and VeriGate's branch) and gate/all_wrong_rate use it"})
-    adv_std: str = field(default="sample", metadata={"help": "std convention of group normalisation: sample (ddof 1) | population (ddof 0)"})
+    adv_std: str = field(default="sample", metadata={"help": "std convention of group normalisation, exactly one of: sample (ddof 1) | population (ddof 0)"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon added to the std"})
     centre_scores: bool = field(default=False, metadata={"help": "VeriGate: use 2p-1 step scores"})
     prm_agg: str = field(default="min", metadata={"help": "prm_as_outcome aggregation: min|prod|mean|last"})
     avspo_virtual: str = field(default="opposite", metadata={"help": "AVSPO virtual reward: opposite (the released rule) | fixed | random"})
     dynamic_sampling_rounds: int = field(default=4, metadata={"help": "dapo: max extra rollout rounds to fill the batch"})
-    pool_ema: float = field(default=0.3, metadata={"help": "EMA weight of a step's success rate in the prompt pools (easy/frontier/hard)"})
+    difficulty_ema: float = field(default=0.3, metadata={"help": "EMA weight of a step's success rate in each prompt's difficulty (easy/frontier/hard; logged as pool/*)"})
     # --- rollout ---------------------------------------------------------------------------
     rollout: str = field(default="hf", metadata={"help": "rollout engine: hf|vllm"})
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt"})
@@ -100,16 +148,17 @@ class Config:
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
     adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0: off)"})
-    eps_low: float = field(default=0.2, metadata={"help": "ratio clipped below at 1-eps_low"})
-    eps_high: float = field(default=0.28, metadata={"help": "ratio clipped above at 1+eps_high (clip-higher)"})
+    loss: str = field(default="dapo-clip-higher", metadata={"help": "objective preset (clip range and aggregation): dapo-clip-higher (eps 0.2/0.28, token-mean) | ppo-clip (0.2/0.2, sequence-mean, as in the GRPO paper) | dr-grpo (0.2/0.2, constant) | wapo (0.2/0.28, winner-constant); eps_low, eps_high and loss_agg given explicitly override their preset value; never changed by --advantage"})
+    eps_low: float | None = field(default=None, metadata={"help": "ratio clipped below at 1-eps_low (unset: the --loss preset's)"})
+    eps_high: float | None = field(default=None, metadata={"help": "ratio clipped above at 1+eps_high, > eps_low is DAPO's clip-higher (unset: the --loss preset's)"})
     old_logprobs: str = field(default="trainer", metadata={"help": "pi_old from the trainer's forward pass or the rollout engine: trainer|engine"})
     kl_coef: float = field(default=0.0, metadata={"help": "k3 KL penalty to the reference model (0: no reference model)"})
     ref_model: str | None = field(default=None, metadata={"help": "reference model path (default: the initial policy)"})
     ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch"})
     mini_batches: int = field(default=1, metadata={"help": "optimizer steps per epoch (the rollout batch is split)"})
     micro_batch_size: int = field(default=0, metadata={"help": "sequences per forward pass (0: a whole mini-batch)"})
-    loss_agg: str = field(default="token-mean", metadata={"help": "|".join(LOSS_AGGREGATIONS)})
-    loss_constant: float | None = field(default=None, metadata={"help": "normaliser of loss_agg=constant (default: max_completion_len)"})
+    loss_agg: str | None = field(default=None, metadata={"help": "loss aggregation (unset: the --loss preset's): token-mean (sum / tokens in the mini-batch) | sequence-mean (mean per sequence, then over sequences) | constant (sum / (sequences x loss_constant), Dr. GRPO) | winner-constant (constant, counting G sequences per group with a positive advantage only, WAPO)"})
+    loss_constant: float | None = field(default=None, metadata={"help": "normaliser of loss_agg constant / winner-constant (unset: max_completion_len); an error with any other aggregation"})
     # --- distributed -----------------------------------------------------------------------
     fsdp: bool = field(default=False, metadata={"help": "shard the model with FSDP2 instead of DDP (under torchrun)"})
     # --- logging ---------------------------------------------------------------------------
@@ -126,7 +175,9 @@ class Config:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
 
         need(self.advantage in ADVANTAGE_METHODS, "advantage", f"choose one of {', '.join(ADVANTAGE_METHODS)}")
-        need(self.loss_agg in LOSS_AGGREGATIONS, "loss_agg", f"choose one of {', '.join(LOSS_AGGREGATIONS)}")
+        need(self.loss in LOSS_PRESETS, "loss", f"choose one of {', '.join(LOSS_PRESETS)}")
+        need(self.loss_agg is None or self.loss_agg in LOSS_AGGREGATIONS, "loss_agg",
+             f"choose one of {', '.join(LOSS_AGGREGATIONS)}")
         need(self.rollout in ("hf", "vllm"), "rollout", "choose hf or vllm")
         need(self.old_logprobs in ("trainer", "engine"), "old_logprobs", "choose trainer or engine")
         need(not (self.old_logprobs == "engine" and self.rollout == "hf"), "old_logprobs",
@@ -146,8 +197,8 @@ class Config:
         need(self.temperature > 0, "temperature", "must be > 0 (sampling is required for groups to differ)")
         need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
         need(self.lr > 0, "lr", "must be > 0")
-        need(0 <= self.eps_low < 1, "eps_low", "must be in [0, 1)")
-        need(self.eps_high >= 0, "eps_high", "must be >= 0")
+        need(self.eps_low is None or 0 <= self.eps_low < 1, "eps_low", "must be in [0, 1)")
+        need(self.eps_high is None or self.eps_high >= 0, "eps_high", "must be >= 0")
         need(self.kl_coef >= 0, "kl_coef", "must be >= 0")
         need(self.ppo_epochs >= 1, "ppo_epochs", "must be >= 1")
         need(self.mini_batches >= 1, "mini_batches", "must be >= 1")
@@ -160,11 +211,15 @@ class Config:
         need(self.eval_samples >= 0, "eval_samples", "must be >= 0")
         need(self.checkpoint_interval >= 0, "checkpoint_interval", "must be >= 0")
         need(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
-        need(0 < self.pool_ema <= 1, "pool_ema", "must be in (0, 1]")
+        need(0 < self.difficulty_ema <= 1, "difficulty_ema", "must be in (0, 1]")
         need(self.dynamic_sampling_rounds >= 0, "dynamic_sampling_rounds", "must be >= 0")
         need(0 <= self.overlong_cache_len < self.max_completion_len or self.overlong_cache_len == 0,
              "overlong_cache_len", "must be smaller than max_completion_len")
         need(self.loss_constant is None or self.loss_constant > 0, "loss_constant", "must be > 0")
+        agg = self.loss_settings().agg
+        need(self.loss_constant is None or agg in CONSTANT_AGGREGATIONS, "loss_constant",
+             f"only the constant aggregations use it, and this run's loss_agg is {agg} "
+             f"(loss={self.loss}); drop it or set loss_agg")
         need(0 < self.vllm_gpu_memory_utilization <= 1, "vllm_gpu_memory_utilization", "must be in (0, 1]")
         need(not (self.advantage in PRM_METHODS and not self.prm), "prm",
              f"advantage={self.advantage} needs a PRM scorer spec (e.g. 'rule')")
@@ -183,6 +238,17 @@ class Config:
         if self.rollout == "vllm":
             need(self.dtype != "float16" or self.device != "cpu", "dtype", "vllm on CPU needs float32 or bfloat16")
         return self
+
+    def loss_settings(self) -> LossSettings:
+        """The objective of this run: the `loss` preset, overridden by explicit fields."""
+        preset = LOSS_PRESETS[self.loss]
+        return LossSettings(
+            preset=self.loss,
+            eps_low=float(preset["eps_low"] if self.eps_low is None else self.eps_low),
+            eps_high=float(preset["eps_high"] if self.eps_high is None else self.eps_high),
+            agg=preset["loss_agg"] if self.loss_agg is None else self.loss_agg,
+            constant=float(self.loss_constant or self.max_completion_len),
+        )
 
     def reward_high(self) -> float:
         """The reward of a fully correct completion: the sum of the verifier weights."""
@@ -245,7 +311,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"config={str(path)!r}: unknown field(s) {', '.join(unknown)}")
+        raise ConfigError(f"config={str(path)!r}: unknown field(s) {_unknown_fields(unknown)}")
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
@@ -264,7 +330,7 @@ def make_config(**values: Any) -> Config:
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        raise ConfigError(f"unknown config field(s): {_unknown_fields(unknown)}")
     return Config(**values).validate()
 
 

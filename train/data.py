@@ -22,7 +22,7 @@ BUILTIN_PREFIX = "builtin:"
 class Problem:
     """One prompt with its reference data."""
 
-    index: int  # position in the loaded list, stable across runs (the prompt pool id)
+    index: int  # position in the loaded list, stable across runs (the prompt id of the difficulty tracker)
     text: str  # the problem as written in the record (what the PRM sees)
     model_input: str  # the text the policy is conditioned on
     record: dict[str, Any]
@@ -138,8 +138,8 @@ def load_train_and_eval(cfg: Any, tokenizer: Any) -> tuple[list[Problem], list[P
     elif cfg.dataset.startswith(BUILTIN_PREFIX) and cfg.eval_size:
         # A disjoint held-out set: a different generator seed, minus any prompt seen in training.
         seen = {r["prompt"] for r in train_records}
-        pool = load_records(cfg.dataset, limit=cfg.eval_size * 2 + 50, seed=1_000_003)
-        eval_records = [r for r in pool if r["prompt"] not in seen][: cfg.eval_size]
+        candidates = load_records(cfg.dataset, limit=cfg.eval_size * 2 + 50, seed=1_000_003)
+        eval_records = [r for r in candidates if r["prompt"] not in seen][: cfg.eval_size]
     else:
         eval_records = []
     return build_problems(train_records, cfg, tokenizer), build_problems(eval_records, cfg, tokenizer)

@@ -39,7 +39,13 @@ from veristep.train.checkpoint import (  # noqa: E402
     load_checkpoint,
     save_checkpoint,
 )
-from veristep.train.config import PRM_METHODS, Config, ConfigError, parse_args  # noqa: E402
+from veristep.train.config import (  # noqa: E402
+    PRM_METHODS,
+    Config,
+    ConfigError,
+    LossSettings,
+    parse_args,
+)
 from veristep.train.data import PromptSampler, load_train_and_eval  # noqa: E402
 from veristep.train.distributed import (  # noqa: E402
     DistInfo,
@@ -97,7 +103,7 @@ def train(cfg: Config) -> dict[str, Any]:
     optimizer = _make_optimizer(cfg, model)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
 
-    # ---- data, verifiers, PRM, prompt pools, rollout engine
+    # ---- data, verifiers, PRM, prompt difficulty tracker, rollout engine
     train_set, eval_set = load_train_and_eval(cfg, tokenizer)
     rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
     train_refs = rewarder.references([p.record for p in train_set])
@@ -114,11 +120,10 @@ def train(cfg: Config) -> dict[str, Any]:
         options = {"separator": separator} if separator else {}
         scorer = load_scorer(cfg.prm, device=cfg.prm_device or str(device), **options)
     sampler = PromptSampler(len(train_set), cfg.seed)
-    pool = _make_pool(cfg)
+    difficulty = gating.DifficultyTracker(alpha=cfg.difficulty_ema)
     engine = build_engine(cfg, unwrap(model), tokenizer, model_path, device, info.enabled)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    agg = "constant" if cfg.advantage in ("dr_grpo", "wapo") else cfg.loss_agg
-    loss_constant = cfg.loss_constant or float(cfg.max_completion_len)
+    loss = cfg.loss_settings()
 
     # ---- resume
     start_step, run_state = 0, {}
@@ -127,14 +132,14 @@ def train(cfg: Config) -> dict[str, Any]:
         run_state = load_checkpoint(ckpt, model, optimizer, scheduler, info, cfg.fsdp)
         start_step = int(run_state["step"])
         sampler.load_state_dict(run_state["sampler"])
-        if pool is not None and run_state.get("pool") is not None:
-            pool.load_state_dict(run_state["pool"])
+        difficulty.load_state_dict(_difficulty_state(run_state, ckpt))
         engine.update_weights(model)
     log = MetricsLogger(out, enabled=info.is_main, tensorboard=cfg.tensorboard, progress=cfg.progress,
                         total_steps=cfg.steps, start_step=start_step, log_every=cfg.log_every)
     if info.is_main:
         _write_config(cfg, out)
-        log.console(f"veristep train: {cfg.advantage} | model {model_path} | {len(train_set)} prompts, "
+        log.console(f"veristep train: advantage {cfg.advantage} | loss {loss.describe()} | "
+                    f"model {model_path} | {len(train_set)} prompts, "
                     f"{len(eval_set)} held out | G={G} x {cfg.prompts_per_step} prompts/step | "
                     f"{cfg.steps} steps on {device} x{info.world_size}"
                     + (f" | resumed at step {start_step} from {ckpt}" if ckpt else ""))
@@ -210,7 +215,7 @@ def train(cfg: Config) -> dict[str, Any]:
             adv_rows = adv.view(n * G, T).to(device)
             group_of_row = torch.tensor([_global_group(info, cfg, r // G) for r in range(n * G)])
             stats = optimise_policy(cfg, model, ref_model, optimizer, batch, ro, adv_rows, group_of_row,
-                              winner_groups(adv), agg, loss_constant, info)
+                              winner_groups(adv), loss, info)
             scheduler.step()
             engine.update_weights(model)
             engine.sleep()
@@ -218,7 +223,7 @@ def train(cfg: Config) -> dict[str, Any]:
             m.update(stats)
             totals["skipped_updates"] += int(stats["train/skipped_updates"])
 
-            # 8. monitors over the global batch, prompt pools
+            # 8. monitors over the global batch, prompt difficulty
             all_outcome = gather_rows(outcome, info)
             all_correct = gather_rows(correct, info)
             coll = gating.collapse_metrics(all_outcome, cfg.tau, cfg.reward_low, cfg.reward_high())
@@ -232,7 +237,9 @@ def train(cfg: Config) -> dict[str, Any]:
             if steps_t is not None:
                 m["gate/steps_per_gated_response"] = steps_t.steps_per_response()
             global_idx = _gather_indices(local_idx, info)
-            _update_pool(pool, global_idx, all_correct.float().mean(dim=1), m)
+            difficulty.update(global_idx, all_correct.float().mean(dim=1))
+            for name, members in difficulty.by_difficulty().items():
+                m[f"pool/{name}"] = len(members)
             lens = torch.tensor([float(len(c)) for c in ro.completion_ids])
             m["completion/len_mean"] = float(gather_rows(lens, info).mean())
             m["completion/truncated_frac"] = float(gather_rows(torch.tensor(ro.truncated, dtype=torch.float32), info).mean())
@@ -261,7 +268,7 @@ def train(cfg: Config) -> dict[str, Any]:
 
             stop_now = bool(all_reduce(float(stop.requested), info, op="max"))
             if stop_now or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0) or step == cfg.steps:
-                state = {"sampler": sampler.state_dict(), "pool": pool.state_dict() if pool is not None else None,
+                state = {"sampler": sampler.state_dict(), "difficulty": difficulty.state_dict(),
                          "eval_before": eval_before, "totals": totals, "last_eval": last_eval,
                          "last_eval_step": last_eval_step}
                 save_checkpoint(out, step, model, optimizer, scheduler, state, info, tokenizer,
@@ -284,12 +291,13 @@ def train(cfg: Config) -> dict[str, Any]:
 
 def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Module | None,
               optimizer: torch.optim.Optimizer, batch: PolicyBatch, ro: Rollouts,
-              adv: torch.Tensor, group_of_row: torch.Tensor, winners: torch.Tensor, agg: str,
-              loss_constant: float, info: DistInfo) -> dict[str, float]:
+              adv: torch.Tensor, group_of_row: torch.Tensor, winners: torch.Tensor,
+              loss: LossSettings, info: DistInfo) -> dict[str, float]:
     """PPO epochs x mini-batches of the clipped loss on one rollout batch; returns metrics.
 
     `adv` `[B, T]` token advantages; `group_of_row` `[B]` global group index of each row (the
-    mini-batch key); `winners` `[N]` groups with a positive advantage (WAPO's divisor).
+    mini-batch key); `winners` `[N]` groups with a positive advantage (the divisor of
+    loss_agg=winner-constant); `loss` the resolved objective (`Config.loss_settings()`).
     """
     G = cfg.group_size
     policy = unwrap(model)
@@ -317,7 +325,7 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
             # is exactly its part of the single-process mini-batch k.
             rows = torch.nonzero(group_of_row % cfg.mini_batches == mb).flatten()
             sub_mask = batch.completion_mask[rows]
-            if cfg.advantage == "wapo":  # divisor: G x max length per group with a winner
+            if loss.agg == "winner-constant":  # divisor: G x constant per group with a winner
                 n_seqs = float(winners[torch.unique(rows // G)].float().sum() * G)
             else:
                 n_seqs = float(len(rows))
@@ -326,8 +334,8 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
             # DDP/FSDP average gradients over ranks; scaling by the world size makes that a sum,
             # and the global denominators above turn it into the single-process mean.
             weights = torch.zeros_like(batch.completion_mask)
-            weights[rows] = aggregation_weights(sub_mask, agg, total_tokens, total_seqs,
-                                                loss_constant) * info.world_size
+            weights[rows] = aggregation_weights(sub_mask, loss.agg, total_tokens, total_seqs,
+                                                loss.constant) * info.world_size
             chunks = list(iter_chunks(rows.tolist(), cfg.micro_batch_size))
             loss_sum = 0.0
             for c, chunk in enumerate(chunks):
@@ -339,7 +347,7 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
                                                      with_entropy=epoch == 0)
                     old = old_logp[ix] if old_logp is not None else logp.detach()
                     terms = clipped_policy_loss(logp, old, adv[ix], sub.completion_mask, weights[ix],
-                                                cfg.eps_low, cfg.eps_high,
+                                                loss.eps_low, loss.eps_high,
                                                 ref_logp[ix] if ref_logp is not None else None, cfg.kl_coef)
                     terms.loss.backward()
                 loss_sum += float(terms.loss.detach())
@@ -588,24 +596,23 @@ def _gather_indices(items: list[int], info: DistInfo) -> list[int]:
     return [i for part in gather_objects(items, info) for i in part]
 
 
-def _make_pool(cfg: Config) -> gating.PromptPool:
-    """The per-prompt routing pools (easy / frontier / hard) of veristep.gating."""
-    return gating.PromptPool(alpha=cfg.pool_ema)
-
-
-def _update_pool(pool, prompt_ids: list[int], success: torch.Tensor, m: dict[str, Any]) -> None:
-    if pool is None:
-        return
-    pool.update(prompt_ids, success)
-    for name, members in pool.pools().items():
-        m[f"pool/{name}"] = members if isinstance(members, (int, float)) else len(members)
+def _difficulty_state(run_state: dict[str, Any], ckpt: Path) -> dict[str, Any]:
+    """The DifficultyTracker state of a checkpoint; checkpoints before the rename call it "pool"."""
+    state = run_state.get("difficulty", run_state.get("pool"))
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {ckpt} holds no prompt difficulty state (key 'difficulty'); "
+                         "it was not written by this trainer, or is damaged: start without --resume")
+    return state
 
 
 def _write_config(cfg: Config, out: Path) -> None:
+    """The run's fields as given (reloadable with --config), headed by the resolved objective."""
     import yaml
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    resolved = " ".join(f"{k}={v}" for k, v in cfg.loss_settings().to_dict().items())
+    header = f"# objective as run (loss preset + explicit fields): {resolved}\n"
+    (out / "config.yaml").write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict | None, int],
@@ -621,7 +628,8 @@ def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict |
                 acr.append(v)
     ckpt = latest_checkpoint(out)
     summary = {
-        "advantage": cfg.advantage, "seed": cfg.seed, "steps": step, "stopped": stopped,
+        "advantage": cfg.advantage, "loss": cfg.loss, "loss_settings": cfg.loss_settings().to_dict(),
+        "seed": cfg.seed, "steps": step, "stopped": stopped,
         "accuracy_before": before["eval/pass@1"] if before else None,
         "accuracy_after": after["eval/pass@1"] if after else None,
         "pass@G_before": before["eval/pass@G"] if before else None,
@@ -646,7 +654,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         return "n/a" if v is None else f"{100 * v:.1f}%"
 
     print("\n== veristep gated GRPO: summary ==")
-    print(f"method {summary['advantage']} | {summary['steps']} steps | {summary['rollouts']} rollouts | "
+    print(f"advantage {summary['advantage']} | loss {summary['loss']} | {summary['steps']} steps | "
+          f"{summary['rollouts']} rollouts | "
           f"{summary['wall_s']:.0f} s" + (" | stopped by signal" if summary["stopped"] else ""))
     print(f"held-out accuracy (pass@1): {pct(summary['accuracy_before'])} -> {pct(summary['accuracy_after'])}"
           f" | pass@G: {pct(summary['pass@G_before'])} -> {pct(summary['pass@G_after'])}")

@@ -21,7 +21,9 @@ def aggregation_weights(mask: torch.Tensor, agg: str, total_tokens: float, total
     """Token weights `[B, T]` of the loss aggregation over a mini-batch.
 
     token-mean: 1 / (tokens in the mini-batch); sequence-mean: 1 / (len_b * sequences);
-    constant: 1 / (sequences * constant) (Dr. GRPO; `constant` = max completion length).
+    constant: 1 / (sequences * constant) (Dr. GRPO; `constant` = max completion length);
+    winner-constant: the same formula, where the caller counts `total_seqs` as G per group
+    with a positive advantage (WAPO), so groups without a winner do not dilute the others.
     """
     mask = mask.float()
     if agg == "token-mean":
@@ -29,11 +31,12 @@ def aggregation_weights(mask: torch.Tensor, agg: str, total_tokens: float, total
     if agg == "sequence-mean":
         lengths = mask.sum(-1, keepdim=True).clamp(min=1.0)
         return mask / lengths / max(total_seqs, 1.0)
-    if agg == "constant":
+    if agg in ("constant", "winner-constant"):
         if constant is None:
-            raise ValueError("loss aggregation 'constant' needs a constant normaliser")
+            raise ValueError(f"loss aggregation {agg!r} needs a constant normaliser")
         return mask / (max(total_seqs, 1.0) * constant)
-    raise ValueError(f"unknown loss aggregation {agg!r}: use token-mean, sequence-mean or constant")
+    raise ValueError(f"unknown loss aggregation {agg!r}: use token-mean, sequence-mean, constant "
+                     "or winner-constant")
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Hand-computed cases T1-T13 of shared/docs/gating-spec.md, for the tensor code and the reference."""
+"""Hand-computed cases T1-T13 of docs/gating-spec.md, for the tensor code and the reference."""
 
 from __future__ import annotations
 

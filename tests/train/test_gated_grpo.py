@@ -9,11 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from veristep.train.checkpoint import latest_checkpoint
 from veristep.train.config import make_config
 from veristep.train.gated_grpo import train
 from veristep.train.tracking import STEP_METRICS, read_metrics
 
 METHODS = ("verigate", "grpo", "dr_grpo", "dapo", "avspo", "sign", "wapo", "prm_as_outcome")
+#: Every estimator with the default objective, plus the estimators with their own loss preset.
+RUNS = [(m, "dapo-clip-higher") for m in METHODS] + [
+    ("grpo", "ppo-clip"), ("dr_grpo", "dr-grpo"), ("wapo", "wapo")]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -28,9 +32,11 @@ def _max_change(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_each_method_trains_end_to_end(method, small_config, tiny_model_dir):
-    summary = train(make_config(**small_config, advantage=method))
+@pytest.mark.parametrize(("method", "loss"), RUNS)
+def test_each_method_trains_end_to_end(method, loss, small_config, tiny_model_dir):
+    summary = train(make_config(**small_config, advantage=method, loss=loss))
+    assert (summary["advantage"], summary["loss"]) == (method, loss)
+    assert summary["loss_settings"] == make_config(loss=loss, max_completion_len=8).loss_settings().to_dict()
     rows = read_metrics(summary["metrics_path"])
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
@@ -57,9 +63,15 @@ def test_each_method_trains_end_to_end(method, small_config, tiny_model_dir):
         assert prm_used == 4 * sum(r["gate/gated_groups"] for r in rows)
 
 
-def test_summary_and_files(small_config):
+def test_summary_and_files(small_config, capsys):
     summary = train(make_config(**dict(small_config, eval_size=4, eval_interval=2)))
     out = Path(small_config["output_dir"])
+    # The objective as run, resolved from the preset, is printed, summarised and recorded.
+    assert "advantage verigate | loss dapo-clip-higher (eps 0.2/0.28, token-mean) |" in capsys.readouterr().err
+    assert summary["loss_settings"] == {"loss": "dapo-clip-higher", "eps_low": 0.2, "eps_high": 0.28,
+                                        "loss_agg": "token-mean", "loss_constant": 8.0}
+    header = (out / "config.yaml").read_text().splitlines()[0]
+    assert header.startswith("#") and "eps_high=0.28" in header and "loss_agg=token-mean" in header
     rows = read_metrics(out / "metrics.jsonl")
     assert rows[0]["eval/pass@1"] is None  # evaluated at step 2 only
     assert 0.0 <= rows[-1]["eval/pass@1"] <= rows[-1]["eval/pass@G"] <= 1.0
@@ -94,6 +106,39 @@ def test_resume_continues_and_reproduces_an_uninterrupted_run(small_config, tmp_
     a, b = _weights(Path(full["final_model"])), _weights(Path(resumed["final_model"]))
     assert _max_change(a, b) < 1e-6
     assert resumed["rollouts"] == full["rollouts"]
+
+
+def _rename_state_key(run_dir: str, old: str, new: str | None) -> None:
+    """Rewrite the latest checkpoint's trainer.pt with one run-state key renamed (or dropped)."""
+    path = latest_checkpoint(run_dir) / "trainer.pt"
+    state = torch.load(path, weights_only=False)
+    value = state.pop(old)
+    if new is not None:
+        state[new] = value
+    torch.save(state, path)
+
+
+def test_resume_reads_a_checkpoint_from_before_the_difficulty_rename(small_config, tmp_path):
+    common = dict(small_config, reproducible_rollouts=True, checkpoint_interval=1, eval_interval=0)
+    full = train(make_config(**dict(common, steps=2, output_dir=str(tmp_path / "full"))))
+    part_dir = str(tmp_path / "part")
+    train(make_config(**dict(common, steps=1, output_dir=part_dir)))
+    _rename_state_key(part_dir, "difficulty", "pool")  # the key earlier versions wrote
+    resumed = train(make_config(**dict(common, steps=2, output_dir=part_dir, resume=True)))
+    # The per-prompt history came back: step 2 counts the prompts of both steps, as uninterrupted.
+    counts = [{k: r[k] for k in ("pool/easy", "pool/frontier", "pool/hard")}
+              for r in (read_metrics(Path(d) / "metrics.jsonl")[-1] for d in (full["output_dir"], part_dir))]
+    assert counts[0] == counts[1] and sum(counts[1].values()) > small_config["prompts_per_step"]
+    assert resumed["steps"] == 2
+
+
+def test_resume_from_a_checkpoint_without_difficulty_state_says_so(small_config, tmp_path):
+    run_dir = str(tmp_path / "run")
+    common = dict(small_config, checkpoint_interval=1, output_dir=run_dir)
+    train(make_config(**dict(common, steps=1)))
+    _rename_state_key(run_dir, "difficulty", None)
+    with pytest.raises(ValueError, match="no prompt difficulty state"):
+        train(make_config(**dict(common, steps=2, resume=True)))
 
 
 def test_resume_without_checkpoint_starts_fresh(small_config):

@@ -60,3 +60,12 @@ def test_aggregation_weights():
         aggregation_weights(mask, "constant", 4, 2)
     with pytest.raises(ValueError):
         aggregation_weights(mask, "median", 4, 2)
+
+
+def test_winner_constant_is_the_constant_formula_over_the_counted_sequences():
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    winners = aggregation_weights(mask, "winner-constant", total_tokens=3, total_seqs=1, constant=4.0)
+    assert torch.allclose(winners, mask / 4)
+    assert torch.equal(winners, aggregation_weights(mask, "constant", 3, 1, constant=4.0))
+    with pytest.raises(ValueError, match="winner-constant"):
+        aggregation_weights(mask, "winner-constant", 3, 1)

@@ -46,8 +46,8 @@ def _update(method, model_dir, ro, rewards, tokenizer, micro_batch_size=0, optim
     adv, metrics = compute_advantages(cfg, rewards, batch.completion_mask.view(n, g, t), steps)
     opt = optimizer_cls(model.parameters(), lr=1.0)
     stats = optimise_policy(cfg, model, None, opt, batch, ro, adv.view(n * g, t),
-                            torch.zeros(n * g, dtype=torch.long), winner_groups(adv), "token-mean",
-                            float(t), DistInfo())
+                            torch.zeros(n * g, dtype=torch.long), winner_groups(adv),
+                            cfg.loss_settings(), DistInfo())
     change = max(float((model.state_dict()[k] - before[k]).abs().max()) for k in before)
     return change, metrics, stats, groups, model
 
@@ -100,7 +100,29 @@ def test_non_finite_loss_skips_the_update(tiny_model_dir):
     adv = torch.full(batch.completion_ids.shape, float("nan"))
     stats = optimise_policy(cfg, model, None, torch.optim.SGD(model.parameters(), lr=1.0), batch, ro,
                             adv, torch.zeros(2, dtype=torch.long), torch.ones(1, dtype=torch.bool),
-                            "token-mean", 8.0, DistInfo())
+                            cfg.loss_settings(), DistInfo())
     assert stats["train/skipped_updates"] == 1
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def test_winner_constant_divides_by_the_groups_that_have_a_winner(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ro = _rollouts(tok, COMPLETIONS + COMPLETIONS)  # 2 groups of G = 2
+    batch = collate(ro.prompt_ids, ro.completion_ids, tok.pad_token_id)
+    t = batch.completion_ids.shape[1]
+    adv = torch.zeros(2, 2, t)
+    adv[0, 0], adv[0, 1] = 1.0, -1.0  # group 0 has a winner; group 1 is all zero
+    adv = adv * batch.completion_mask.view(2, 2, t)
+    policy = {}
+    for loss in ("dr-grpo", "wapo"):
+        cfg = make_config(model=str(tiny_model_dir), advantage="wapo", loss=loss, eps_high=0.2,
+                          group_size=2, prompts_per_step=2)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        stats = optimise_policy(cfg, model, None, torch.optim.SGD(model.parameters(), lr=0.0), batch,
+                                ro, adv.view(4, t), torch.tensor([0, 0, 1, 1]), winner_groups(adv),
+                                cfg.loss_settings(), DistInfo())
+        policy[loss] = stats["loss/policy"]
+    assert policy["dr-grpo"] != 0
+    # 1 of 2 groups has a winner: the divisor halves, the loss doubles.
+    assert policy["wapo"] == pytest.approx(2 * policy["dr-grpo"], rel=1e-6)

@@ -1,4 +1,4 @@
-"""Prompt routing: a per-prompt EMA of success that sorts prompts into easy / frontier / hard."""
+"""Prompt difficulty: a per-prompt EMA of success that sorts prompts into easy / frontier / hard."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import torch
 
 
-class Pool(str, Enum):
-    """Where a prompt currently belongs."""
+class Difficulty(str, Enum):
+    """How hard a prompt currently is for the policy, from its EMA success rate."""
 
-    EASY = "easy"  # EMA near 1: downsample, or move out of the main pool
+    EASY = "easy"  # EMA near 1: downsample, or move out of the main training data
     FRONTIER = "frontier"  # mixed outcomes: the main training data
     HARD = "hard"  # EMA near 0: audit the verifier first, then larger G, then process rewards
 
@@ -30,8 +30,8 @@ def _as_list(values: torch.Tensor | Iterable[Any], name: str) -> list[Any]:
     return list(values)
 
 
-class PromptPool:
-    """Per-prompt EMA success rates, pool membership and sampling weights (checkpointable).
+class DifficultyTracker:
+    """Per-prompt EMA success rates, difficulty classes and sampling weights (checkpointable).
 
     ema = alpha * new_rate + (1 - alpha) * ema; the first observation sets the EMA. A prompt
     with ema >= easy_threshold is easy, <= hard_threshold hard, else frontier; prompts seen
@@ -55,21 +55,21 @@ class PromptPool:
             )
         if min_updates < 1:
             raise ValueError(f"min_updates must be >= 1, got {min_updates}")
-        merged = {Pool.EASY: 0.1, Pool.FRONTIER: 1.0, Pool.HARD: 0.5}
+        merged = {Difficulty.EASY: 0.1, Difficulty.FRONTIER: 1.0, Difficulty.HARD: 0.5}
         for key, value in (weights or {}).items():
             try:
-                pool = Pool(key)
+                level = Difficulty(key)
             except ValueError:
                 raise ValueError(
                     f"weights key {key!r} is not one of 'easy', 'frontier', 'hard'"
                 ) from None
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"weights[{key!r}] must be finite and >= 0, got {value}")
-            merged[pool] = float(value)
+            merged[level] = float(value)
         self.alpha = float(alpha)
         self.easy_threshold = float(easy_threshold)
         self.hard_threshold = float(hard_threshold)
-        self.weights: dict[Pool, float] = merged
+        self.weights: dict[Difficulty, float] = merged
         self.min_updates = int(min_updates)
         self._ema: dict[Hashable, float] = {}
         self._count: dict[Hashable, int] = {}
@@ -100,28 +100,28 @@ class PromptPool:
         """The EMA success rate of a prompt, or None if it was never updated."""
         return self._ema.get(prompt_id)
 
-    def pool_of(self, prompt_id: Hashable) -> Pool:
-        """The pool a prompt belongs to now."""
+    def difficulty_of(self, prompt_id: Hashable) -> Difficulty:
+        """The difficulty class of a prompt now."""
         ema = self._ema.get(prompt_id)
         if ema is None or self._count[prompt_id] < self.min_updates:
-            return Pool.FRONTIER
+            return Difficulty.FRONTIER
         if ema >= self.easy_threshold:
-            return Pool.EASY
+            return Difficulty.EASY
         if ema <= self.hard_threshold:
-            return Pool.HARD
-        return Pool.FRONTIER
+            return Difficulty.HARD
+        return Difficulty.FRONTIER
 
-    def pools(self) -> dict[str, list[Hashable]]:
-        """Every known prompt id by pool: {"easy": [...], "frontier": [...], "hard": [...]}."""
-        out: dict[str, list[Hashable]] = {p.value: [] for p in Pool}
+    def by_difficulty(self) -> dict[str, list[Hashable]]:
+        """Every known prompt id by class: {"easy": [...], "frontier": [...], "hard": [...]}."""
+        out: dict[str, list[Hashable]] = {d.value: [] for d in Difficulty}
         for pid in self._ema:
-            out[self.pool_of(pid).value].append(pid)
+            out[self.difficulty_of(pid).value].append(pid)
         return out
 
     def sample_weights(self, prompt_ids: Sequence[Hashable] | None = None) -> torch.Tensor:
         """float64 sampling weight per prompt id (default: all known ids, in first-seen order)."""
         ids = list(self._ema) if prompt_ids is None else _as_list(prompt_ids, "prompt_ids")
-        return torch.tensor([self.weights[self.pool_of(pid)] for pid in ids], dtype=torch.float64)
+        return torch.tensor([self.weights[self.difficulty_of(pid)] for pid in ids], dtype=torch.float64)
 
     def state_dict(self) -> dict[str, Any]:
         """A plain, JSON-serialisable snapshot (ids must be str or int to survive JSON)."""
@@ -131,7 +131,7 @@ class PromptPool:
                 "alpha": self.alpha,
                 "easy_threshold": self.easy_threshold,
                 "hard_threshold": self.hard_threshold,
-                "weights": {p.value: w for p, w in self.weights.items()},
+                "weights": {d.value: w for d, w in self.weights.items()},
                 "min_updates": self.min_updates,
             },
             # A list of rows keeps int ids as ints through JSON (dict keys would become str).
@@ -142,9 +142,9 @@ class PromptPool:
         """Restore the configuration and per-prompt statistics saved by `state_dict`."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(
-                f"PromptPool state version {state.get('version')!r} is not {_STATE_VERSION}"
+                f"DifficultyTracker state version {state.get('version')!r} is not {_STATE_VERSION}"
             )
-        restored = PromptPool(**state["config"])  # validates the saved configuration
+        restored = DifficultyTracker(**state["config"])  # validates the saved configuration
         for row in state["prompts"]:
             pid, ema, count = row
             pid = tuple(pid) if isinstance(pid, list) else pid  # JSON turns tuples into lists

@@ -1,4 +1,4 @@
-"""Hand-computed cases T1-T13 of docs/gating-spec.md, for the tensor code and the reference."""
+"""Hand-computed cases T1-T22 of docs/gating-spec.md, for the tensor code and the reference."""
 
 from __future__ import annotations
 
@@ -8,14 +8,20 @@ import pytest
 import torch
 from veristep.gating import (
     clipped_surrogate,
+    collapse_mask,
     collapse_metrics,
+    dynamic_sampling_keep,
     future_cumulated_rewards,
     outcome_advantages,
     overlong_penalty,
+    prm_as_outcome_rewards,
+    prm_step_advantages,
     process_grpo_advantages,
+    token_step_from_offsets,
     verigate_advantages,
 )
 from veristep.gating import reference as ref
+from veristep.train.loss import aggregation_weights
 
 T7_STEPS = [[0.9, 0.5, 0.1], [0.8, 0.2]]
 
@@ -148,3 +154,92 @@ def test_t13_clip_higher():
     obj.sum().backward()
     # Clipped terms pass no gradient to the ratio; the unclipped one passes A.
     close(rho.grad, [0.0, 0.0, 1.0], tol=0)
+
+
+# --- T14-T22: the further cases of docs/gating-spec.md section 11 ---------------------------
+
+
+def test_t14_wapo():
+    r = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0]])
+    expected = [[0.75, 0, 0, 0], [0.5, 0.5, 0, 0]]
+    close(outcome_advantages(r, "wapo"), expected, tol=1e-7)
+    close(ref.outcome_advantages(r.tolist(), "wapo", ddof=1, eps=1e-4), expected, tol=1e-7)
+
+
+def test_t15_avspo_fixed_virtual_value():
+    r = torch.tensor([[0.0] * 4, [1.0] * 4, [0.5] * 4])
+    adv = outcome_advantages(r, "avspo", std="population", eps=0.0, virtual="fixed",
+                             virtual_value=0.5)
+    close(adv, [[-0.5] * 4, [0.5] * 4, [0.0] * 4], tol=1e-6)
+
+
+def test_t16_prm_as_outcome():
+    _, scores, mask, _ = ref.pad_case([[0.0, 0.0, 0.0]], [T7_STEPS + [[]]], [[[0], [0], []]],
+                                      dtype=torch.float64)
+    expected = {"min": [0.1, 0.2, 0.0], "prod": [0.045, 0.16, 0.0], "mean": [0.5, 0.5, 0.0],
+                "last": [0.1, 0.2, 0.0]}
+    for agg, want in expected.items():
+        close(prm_as_outcome_rewards(scores, mask, agg=agg)[0], want, tol=1e-9)
+        close([ref.prm_as_outcome(row, agg) for row in T7_STEPS + [[]]], want, tol=1e-9)
+
+
+def test_t17_centred_scores():
+    adv = prm_step_advantages(*_t7_tensors([0.0, 0.0])[1:3], std="population", centre_scores=True)
+    close(adv[0], [[1.2002, -0.9820, -0.9820], [1.2002, -0.4364, 0.0]])
+    r_adv = ref.prm_step_advantages(T7_STEPS, ddof=0, eps=1e-6, centre=True)
+    close(r_adv[0] + r_adv[1], [1.2002, -0.9820, -0.9820, 1.2002, -0.4364])
+
+
+def test_t18_uninformative_prm_still_gives_every_token_an_advantage():
+    steps = [[0.5, 0.5, 0.5], [0.5, 0.5]]
+    _, scores, mask, _ = ref.pad_case([[0.0, 0.0]], [steps], [[[0], [0]]], dtype=torch.float64)
+    close(prm_step_advantages(scores, mask, std="population")[0],
+          [[1.6036, 0.2673, -1.0690], [0.2673, -1.0690, 0.0]])
+    close(prm_step_advantages(scores, mask, std="population", centre_scores=True)[0],
+          [[0.0] * 3] * 2, tol=0)
+
+
+def test_t19_collapse_with_tau_and_dynamic_sampling():
+    r = torch.tensor([[0.5, 0.6], [0.5, 0.7], [0.3, 0.3]], dtype=torch.float64)
+    assert collapse_mask(r, tau=0.05).tolist() == [True, False, True]
+    keep = dynamic_sampling_keep(torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]))
+    assert keep.tolist() == [False, True, False]
+
+
+def test_t20_token_to_step_map():
+    token_starts = torch.tensor([[[0, 2, 4, 6, 7, 9, 11, 14, 15, 22, 0, 0, 0]]])
+    token_mask = torch.tensor([[[True] * 11 + [False] * 2]])
+    step_starts = torch.tensor([[[0, 7, 15]]])
+    step_mask = torch.ones(1, 1, 3, dtype=torch.bool)
+    token_step = token_step_from_offsets(token_starts, token_mask, step_starts, step_mask)
+    assert token_step[0, 0].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, -1, -1]
+
+
+def test_t21_loss_aggregation_weights():
+    mask = torch.tensor([[1.0, 1, 0, 0], [1, 1, 1, 1]])
+    close(aggregation_weights(mask, "token-mean", 6, 2), [[1 / 6] * 2 + [0] * 2, [1 / 6] * 4], 1e-7)
+    close(aggregation_weights(mask, "sequence-mean", 6, 2), [[0.25] * 2 + [0] * 2, [0.125] * 4], 1e-7)
+    close(aggregation_weights(mask, "constant", 6, 2, constant=4), [[0.125] * 2 + [0] * 2, [0.125] * 4], 1e-7)
+
+
+def test_t22_verigate_batch():
+    nan = float("nan")
+    rewards = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    scores = torch.tensor([[[0.9, 0.5, 0.1], [0.8, 0.2, nan]], [[nan] * 3] * 2, [[0.3] * 3] * 2],
+                          dtype=torch.float64)
+    mask = torch.tensor([[[True] * 3, [True, True, False]], [[False] * 3] * 2, [[True] * 3] * 2])
+    token_step = torch.tensor([[[0, 1, 2, 2], [0, 0, 1, -1]], [[0, 0, 0, -1], [0, 0, -1, -1]],
+                               [[0, 1, 2, 2], [0, 1, 2, -1]]])
+    adv, metrics = verigate_advantages(rewards, scores, mask, token_step, std="population")
+    close(adv[0], [[1.5793, -0.1541, -1.1170, -1.1170], [0.6163, 0.6163, -0.9244, 0.0]])
+    a = 0.999998
+    close(adv[1], [[a, a, a, 0.0], [-a, -a, 0.0, 0.0]], tol=1e-6)
+    close(adv[2], [[0.0] * 4] * 2, tol=0)
+    assert metrics["gate/gated_groups"] == 1
+    assert metrics["gate/steps_per_gated_response"] == pytest.approx(2.5)
+    assert metrics["adv/nonzero_frac"] == pytest.approx(12 / 19)
+    assert metrics["gate/acr"] == pytest.approx(2 / 3)
+    # Under any_collapsed the all-correct group goes to the PRM branch too.
+    adv_any, _ = verigate_advantages(rewards, scores, mask, token_step, gate="any_collapsed",
+                                     std="population")
+    close(adv_any[2], [[1.2247, 0.0, -1.2247, -1.2247], [1.2247, 0.0, -1.2247, 0.0]])

@@ -133,7 +133,7 @@ def test_verl_batch_groups_by_kind_and_keeps_order(exact_cls):
             calls.append(len(completions))
             return super().verify_batch(completions, references)
 
-    from veristep.verifiers.registry import register_verifier
+    from veristep.verifiers.core.registry import register_verifier
 
     register_verifier("counting", Counting, replace=True)
     scorer = VerlScorer()

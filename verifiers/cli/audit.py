@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Status
+from ..core.registry import verifier_class
+from ..core.result import Status
 from .jsonl_io import STDIO, InputError, JsonlWriter, iter_jsonl, require
-from .registry import verifier_class
 from .runner import LocalBackend, batched, output_row, read_items
 
 
@@ -362,7 +362,7 @@ def _default_examples_path(source: str) -> str:
 
 def run_command(args: argparse.Namespace) -> int:
     """Handle `veristep audit`; returns the exit code."""
-    from .cli import parse_config
+    from .verify import parse_config
 
     def fail(message: str, code: int) -> int:
         print(f"veristep audit: error: {message}", file=sys.stderr)

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .base import VerifyResult
+from ..core.result import VerifyResult
 from .runner import Item
 
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..core.registry import available_kinds, verifier_class
 from .jsonl_io import STDIO, InputError, JsonlWriter
-from .registry import available_kinds, verifier_class
 from .runner import Backend, LocalBackend, count_lines, read_items, run_verify
 
 #: Exit codes: 0 every line verified, 1 input or verifier failure (results so far kept), 2 usage.

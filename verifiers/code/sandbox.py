@@ -1,7 +1,7 @@
 """Run untrusted programs isolated and resource-limited: bubblewrap, or rlimits-only on opt-in.
 
 One `SandboxSession` is one sandbox (one bubblewrap container, or one unprivileged process
-tree) with a supervisor inside (verifiers/_supervisor.py) that runs each compile or test
+tree) with a supervisor inside (verifiers/code/supervisor.py) that runs each compile or test
 step in a fresh process, with fresh scratch folders, and kills everything the step left
 behind before the next one starts. Starting the sandbox is paid once per session, so a
 completion's tests share it without sharing state.
@@ -51,9 +51,9 @@ SANDBOX_GID = 65534
 #: Working folder inside a bwrap or namespaces sandbox.
 SANDBOX_WORKDIR = "/sandbox"
 
-_SUPERVISOR_SOURCE = (Path(__file__).with_name("_supervisor.py")).read_text(encoding="utf-8")
+_SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")
 # util-linux unshare: the supervisor starts as root of new user, mount, PID, network, IPC and
-# UTS namespaces, builds its root and drops to uid 65534 itself (see _supervisor._confine).
+# UTS namespaces, builds its root and drops to uid 65534 itself (see supervisor._confine).
 _UNSHARE = [
     "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--pid",
     "--fork", "--kill-child", "--net", "--ipc", "--uts", "--",

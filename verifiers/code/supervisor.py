@@ -31,7 +31,7 @@ import time
 # Start-up time is paid once per completion, so only light modules are imported here: no
 # json (marshal frames instead), no shutil, and traceback only in a child that needs it.
 _PR_SET_DUMPABLE = 4
-_ASSERT_FAILED_EXIT = 101  # mirrored in verifiers/code.py
+_ASSERT_FAILED_EXIT = 101  # mirrored in verifiers/code/verifier.py
 _STDERR_KEEP = 4096
 
 try:

@@ -1,7 +1,7 @@
 """Code-execution verifier: run a completion's program against tests inside a sandbox.
 
 Extract (last fenced block of the language) -> run (one sandbox per completion, one fresh
-process per test, see verifiers/sandbox.py) -> compare (line by line, whitespace-tolerant,
+process per test, see verifiers/code/sandbox.py) -> compare (line by line, whitespace-tolerant,
 optional float tolerance; or assertion tests). Expected outputs never enter the sandbox.
 """
 
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Status, VerifyResult
+from ..core.result import Status, VerifyResult
 from .sandbox import (
     Isolation,
     Limits,

@@ -1,7 +1,7 @@
 """Apply a pure-Python check to a batch in worker processes, each item under a hard deadline.
 
 Used by the tool-call and format verifiers. A thin adapter over the shared `WorkerPool`
-(verifiers/workers.py), which owns the processes: an item that overruns is killed with its
+(verifiers/core/workers.py), which owns the processes: an item that overruns is killed with its
 worker, the worker is replaced, and no other item's result changes. Workers persist between
 batches so a training loop does not pay process start-up every step.
 """
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import Status, VerifyResult
+from .result import Status, VerifyResult
 from .workers import ItemResult, Outcome, WorkerPool
 
 __all__ = ["BatchRunner", "ItemResult", "Outcome", "as_verify_result", "default_workers"]

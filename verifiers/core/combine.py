@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Verifier, VerifyResult
 from .registry import get_verifier
+from .result import Verifier, VerifyResult
 
 
 @dataclass

@@ -5,15 +5,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import Verifier
+from .result import Verifier
 
 # Lazy "module:Class" targets so importing the registry does not import sympy, torch, etc.
 _KINDS: dict[str, str | type] = {
-    "math": "veristep.verifiers.math:MathVerifier",
-    "code": "veristep.verifiers.code:CodeVerifier",
-    "tools": "veristep.verifiers.tools:ToolCallVerifier",
+    "math": "veristep.verifiers.math.verifier:MathVerifier",
+    "code": "veristep.verifiers.code.verifier:CodeVerifier",
+    "tools": "veristep.verifiers.tools.verifier:ToolCallVerifier",
     "format": "veristep.verifiers.format:FormatVerifier",
-    "weighted": "veristep.verifiers.combine:WeightedVerifier",
+    "weighted": "veristep.verifiers.core.combine:WeightedVerifier",
 }
 
 

@@ -15,9 +15,9 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
-from .base import Status
-from .math_exact import Monomial
-from .math_normalize import ExactNumber, exact_decimals, too_large_to_evaluate
+from ..core.result import Status
+from .exact import Monomial
+from .normalize import ExactNumber, exact_decimals, too_large_to_evaluate
 
 PercentMode = Literal["either", "strip", "divide"]
 

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Status, VerifyResult
-from .math_equiv import (
+from ..core.result import Status, VerifyResult
+from ..core.workers import Outcome, Submission, WorkerPool
+from .equiv import (
     EquivConfig,
     PercentMode,
     Verdict,
@@ -27,10 +28,9 @@ from .math_equiv import (
     preload,
     reference_state,
 )
-from .math_exact import Monomial, has_several_parts, is_word, parse_monomial
-from .math_extract import Extraction, ExtractionMethod, choice_letter, extract_answer
-from .math_normalize import ExactNumber, normalize_answer, parse_exact_number, split_assignment
-from .workers import Outcome, Submission, WorkerPool
+from .exact import Monomial, has_several_parts, is_word, parse_monomial
+from .extract import Extraction, ExtractionMethod, choice_letter, extract_answer
+from .normalize import ExactNumber, normalize_answer, parse_exact_number, split_assignment
 
 __all__ = ["Extraction", "ExtractionMethod", "MathVerifier", "extract_answer"]
 

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Status
-from .tool_parsers import ToolCall
-from .tool_schema import FunctionSpec, ToolSchema
+from ..core.result import Status
+from .parsers import ToolCall
+from .schema import FunctionSpec, ToolSchema
 
 #: In a list of allowed values, "" means "this parameter may be left out" (as in BFCL).
 OMIT = ""

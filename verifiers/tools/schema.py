@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
-from .tool_parsers import ToolCall
+from .parsers import ToolCall
 
 # BFCL's function documents use Python-ish type names; JSON Schema spells them differently.
 _TYPE_ALIASES = {

@@ -8,17 +8,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Status, VerifyResult
-from .pure_batch import BatchRunner, as_verify_result, default_workers
-from .tool_match import ExpectedCall, StringMatch, expected_call, match_calls
-from .tool_parsers import (
+from ..core.batch import BatchRunner, as_verify_result, default_workers
+from ..core.result import Status, VerifyResult
+from .match import ExpectedCall, StringMatch, expected_call, match_calls
+from .parsers import (
     DEFAULT_MAX_DEPTH,
     ParsedCalls,
     ToolFormat,
     parse_tool_calls,
     resolve_format,
 )
-from .tool_schema import ToolSchema, Violation
+from .schema import ToolSchema, Violation
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 from veristep.verifiers import Status
-from veristep.verifiers.audit import (
+from veristep.verifiers.cli.audit import (
     CHECKER_SUSPECTS,
     FailureReason,
     audit_records,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from veristep.verifiers import Status, VerifyResult
-from veristep.verifiers.cli import parse_config
-from veristep.verifiers.jsonl_io import InputError, iter_jsonl
-from veristep.verifiers.registry import register_verifier
-from veristep.verifiers.runner import completion_text
+from veristep.verifiers.cli.jsonl_io import InputError, iter_jsonl
+from veristep.verifiers.cli.verify import parse_config
+from veristep.verifiers.core.registry import register_verifier
+from veristep.verifiers.core.text import completion_text
 
 from veristep.cli import main
 
@@ -140,7 +140,7 @@ def test_kind_as_module_path(tmp_path):
     code = main(
         [
             "verify",
-            "veristep.verifiers.combine:WeightedVerifier",
+            "veristep.verifiers.core.combine:WeightedVerifier",
             str(src),
             "-o",
             str(out),
@@ -262,8 +262,8 @@ def test_ray_backend_matches_local_in_order(tmp_path, exact_cls):
 
 
 def test_progress_bar_only_on_a_terminal_for_inputs_longer_than_a_batch(tmp_path, monkeypatch):
-    import veristep.verifiers.cli as cli
-    from veristep.verifiers.cli import _progress_bar
+    import veristep.verifiers.cli.verify as cli
+    from veristep.verifiers.cli.verify import _progress_bar
 
     src = _write(tmp_path / "in.jsonl", ROWS * 3)
     assert _progress_bar(str(src), None, batch_size=4) is None  # stderr is not a terminal here

@@ -6,7 +6,7 @@ import os
 
 import pytest
 from veristep.verifiers.code import CodeVerifier
-from veristep.verifiers.sandbox import (
+from veristep.verifiers.code.sandbox import (
     Isolation,
     Limits,
     Sandbox,
@@ -165,7 +165,7 @@ def test_sandbox_reuse_one_starts_a_sandbox_per_completion(make_code_verifier):
 
 
 def _all_sandbox_pids() -> list[int]:
-    from veristep.verifiers.sandbox import _SUPERVISOR_SOURCE
+    from veristep.verifiers.code.sandbox import _SUPERVISOR_SOURCE
 
     marker = _SUPERVISOR_SOURCE.encode()[:200]
     pids = []

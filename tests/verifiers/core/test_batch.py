@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from veristep.verifiers.pure_batch import BatchRunner, Outcome
+from veristep.verifiers.core.batch import BatchRunner, Outcome
 
 
 @pytest.mark.timeout(120)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from veristep.verifiers import Status, Verifier, VerifyResult, get_verifier
-from veristep.verifiers.combine import WeightedVerifier, combine
+from veristep.verifiers.core.combine import WeightedVerifier, combine
 
 
 class LengthVerifier:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 from veristep.verifiers import available_kinds, get_verifier, register_verifier
-from veristep.verifiers.combine import WeightedVerifier
-from veristep.verifiers.registry import verifier_class
+from veristep.verifiers.core.combine import WeightedVerifier
+from veristep.verifiers.core.registry import verifier_class
 
 
 def test_builtin_kinds_and_module_paths():
     assert {"math", "code", "tools", "format", "weighted"} <= set(available_kinds())
     assert verifier_class("weighted") is WeightedVerifier
-    assert verifier_class("veristep.verifiers.combine:WeightedVerifier") is WeightedVerifier
+    assert verifier_class("veristep.verifiers.core.combine:WeightedVerifier") is WeightedVerifier
 
 
 def test_registration_rules(exact_cls):
@@ -30,7 +30,7 @@ def test_registration_rules(exact_cls):
     [
         ("nope", "unknown verifier kind 'nope'"),
         ("veristep.verifiers.no_such_module:X", "needs module veristep.verifiers.no_such_module"),
-        ("veristep.verifiers.combine:NoSuchClass", "has no verifier class 'NoSuchClass'"),
+        ("veristep.verifiers.core.combine:NoSuchClass", "has no verifier class 'NoSuchClass'"),
     ],
 )
 def test_errors_say_what_to_change(kind, message):

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from veristep.verifiers.workers import Outcome, WorkerPool
+from veristep.verifiers.core.workers import Outcome, WorkerPool
 
 
 def _prepare(shared):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from veristep.verifiers import Status, Verifier, get_verifier
 from veristep.verifiers.math import CALL_GRACE_S, MathVerifier
-from veristep.verifiers.math_normalize import normalize_answer
+from veristep.verifiers.math.normalize import normalize_answer
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 LIMIT = 3.0
 # A completion that makes sympy run for minutes (a sum, so the size guard cannot see it).
 HANG = "$\\boxed{(10^{5}+10^{10})!}$"

@@ -8,10 +8,10 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from veristep.verifiers.base import Status
-from veristep.verifiers.math_equiv import EquivConfig, compare_monomials
-from veristep.verifiers.math_exact import Monomial, has_several_parts, is_word, parse_monomial
-from veristep.verifiers.math_normalize import normalize_answer
+from veristep.verifiers.core.result import Status
+from veristep.verifiers.math.equiv import EquivConfig, compare_monomials
+from veristep.verifiers.math.exact import Monomial, has_several_parts, is_word, parse_monomial
+from veristep.verifiers.math.normalize import normalize_answer
 
 
 def mono(text: str) -> Monomial | None:

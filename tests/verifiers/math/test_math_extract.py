@@ -7,7 +7,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from veristep.verifiers.math_extract import ExtractionMethod, choice_letter, extract_answer
+from veristep.verifiers.math.extract import ExtractionMethod, choice_letter, extract_answer
 
 
 @pytest.mark.parametrize(

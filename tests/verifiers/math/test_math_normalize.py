@@ -7,9 +7,9 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from veristep.verifiers.base import Status
-from veristep.verifiers.math_equiv import EquivConfig, compare_numbers
-from veristep.verifiers.math_normalize import (
+from veristep.verifiers.core.result import Status
+from veristep.verifiers.math.equiv import EquivConfig, compare_numbers
+from veristep.verifiers.math.normalize import (
     exact_decimals,
     normalize_answer,
     parse_exact_number,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from veristep.verifiers.base import Status
-from veristep.verifiers.tool_match import (
+from veristep.verifiers.core.result import Status
+from veristep.verifiers.tools.match import (
     StringMatch,
     argument_mismatch,
     argument_spec,
@@ -13,8 +13,8 @@ from veristep.verifiers.tool_match import (
     normalize_string,
     values_equal,
 )
-from veristep.verifiers.tool_parsers import ToolCall
-from veristep.verifiers.tool_schema import ToolSchema
+from veristep.verifiers.tools.parsers import ToolCall
+from veristep.verifiers.tools.schema import ToolSchema
 
 TOOLS = [
     {

@@ -9,7 +9,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from veristep.verifiers.tool_parsers import (
+from veristep.verifiers.tools.parsers import (
     DEFAULT_MAX_DEPTH,
     ToolFormat,
     coerce_xml_value,

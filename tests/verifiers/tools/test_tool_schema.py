@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from veristep.verifiers.tool_parsers import ToolCall
-from veristep.verifiers.tool_schema import ToolSchema, Violation, normalize_parameters_schema
+from veristep.verifiers.tools.parsers import ToolCall
+from veristep.verifiers.tools.schema import ToolSchema, Violation, normalize_parameters_schema
 
 BOOK = {
     "type": "function",

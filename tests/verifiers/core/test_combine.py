@@ -110,9 +110,7 @@ def test_close_reaches_components(exact_cls):
     assert length.closed
 
 
-def test_math_plus_format_when_available():
-    pytest.importorskip("veristep.verifiers.math")
-    pytest.importorskip("veristep.verifiers.format")
+def test_math_plus_format():
     with combine(math=1.0, format=0.1, workers=1) as v:
         good = v.verify("<think>1+1=2</think> <answer>$\\boxed{2}$</answer>", "2")
         bad = v.verify("it is $\\boxed{3}$", "2")

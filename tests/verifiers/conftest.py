@@ -50,7 +50,7 @@ def make_code_verifier() -> Callable[..., object]:
 @pytest.fixture
 def sandbox_processes() -> Callable[..., list[int]]:
     """Return a function listing host pids of live processes started by sandboxed programs
-    (everything in a sandbox except its launcher and supervisor, which a pool keeps), or of
+    (everything in a sandbox except its launcher and supervisor, which the sandbox cache keeps), or of
     processes whose command line holds one of the extra byte markers."""
     from veristep.verifiers.code.sandbox import _SUPERVISOR_SOURCE
 

@@ -152,7 +152,7 @@ class SandboxSession:
         self._nonce = secrets.token_hex(16)
         self.python_version = ""
         self.start_s = 0.0
-        self.completions = 0  # how many completions a pool has run in this session
+        self.completions = 0  # completions run in this session (SandboxCache replaces it after max_uses)
 
     def __enter__(self) -> SandboxSession:
         self.start()
@@ -398,13 +398,14 @@ class Sandbox:
         return _launch_plan(self.isolation, self.python, self._drop, self.tmpfs_mb, session)
 
 
-class SandboxPool:
+class SandboxCache:
     """Started sessions reused across completions, one per thread, reset in between.
 
-    A sandbox is bound to the thread that started it (bubblewrap's --die-with-parent follows
-    the spawning thread), so each thread keeps its own. The reset between completions is the
-    same one that separates tests: fresh folders, wiped scratch space, IPC and keyrings, and
-    no process left. After `max_uses` completions a session is replaced anyway.
+    A cache, not a pool: a session is never handed to another thread. A sandbox is bound to
+    the thread that started it (bubblewrap's --die-with-parent follows the spawning thread), so
+    each thread keeps its own. The reset between completions is the same one that separates
+    tests: fresh folders, wiped scratch space, IPC and keyrings, and no process left. After
+    `max_uses` completions a session is replaced anyway.
     """
 
     def __init__(self, sandbox: Sandbox, max_uses: int = 256) -> None:
@@ -430,7 +431,7 @@ class SandboxPool:
             self._discard(session)
 
     def close(self) -> None:
-        """Stop every pooled sandbox."""
+        """Stop every cached sandbox."""
         with self._lock:
             sessions, self._sessions = self._sessions, []
         for _, session in sessions:
@@ -442,7 +443,7 @@ class SandboxPool:
         if session is not None:
             try:
                 if not session.alive:
-                    raise SandboxError("pooled sandbox exited")
+                    raise SandboxError("reused sandbox exited")
                 session.reset()
                 return session
             except SandboxError:

@@ -24,8 +24,8 @@ from .sandbox import (
     Isolation,
     Limits,
     Sandbox,
+    SandboxCache,
     SandboxError,
-    SandboxPool,
     SandboxSession,
     StepResult,
 )
@@ -210,7 +210,7 @@ class CodeVerifier:
         self.sandbox = Sandbox(isolation, allow_unsandboxed=allow_unsandboxed, python=python)
         # Sandboxes are started once per thread and reset between completions; the batch
         # threads live as long as the verifier so that their sandboxes do too.
-        self._pool = SandboxPool(self.sandbox, max_uses=sandbox_reuse)
+        self._sandboxes = SandboxCache(self.sandbox, max_uses=sandbox_reuse)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
 
@@ -220,7 +220,7 @@ class CodeVerifier:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
-        self._pool.close()
+        self._sandboxes.close()
 
     def __enter__(self) -> CodeVerifier:
         return self
@@ -320,7 +320,7 @@ class CodeVerifier:
         run = _Run()
         python = self.sandbox.python
         t0 = time.perf_counter()
-        with self._pool.session() as session:
+        with self._sandboxes.session() as session:
             run.timings["sandbox_start_s"] = time.perf_counter() - t0  # ~0 when reused
             t0 = time.perf_counter()
             if language.compile is not None:

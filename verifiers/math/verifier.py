@@ -147,17 +147,14 @@ class MathVerifier:
 
     def _get_pool(self) -> WorkerPool:
         with self._pool_lock:
-            if self._pool is not None and not self._pool.usable:
-                # closed, failed, or inherited through fork (its workers belong to the parent)
-                self._pool = None
-            if self._pool is None:
-                self._pool = self._new_pool()
+            # None before first use and after close; unusable when closed, failed, or
+            # inherited through fork (its workers belong to the parent)
+            if self._pool is None or not self._pool.usable:
+                self._pool = WorkerPool(
+                    reference_state, judge, self.workers, warm_up=preload,
+                    memory_limit_mb=self.memory_limit_mb,
+                )
             return self._pool
-
-    def _new_pool(self) -> WorkerPool:
-        return WorkerPool(
-            reference_state, judge, self.workers, warm_up=preload, memory_limit_mb=self.memory_limit_mb
-        )
 
     @staticmethod
     def _prepare_reference(reference: Any) -> _Reference:

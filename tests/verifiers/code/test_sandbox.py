@@ -129,7 +129,7 @@ def test_step_result_flags(code_verifier):
         assert killed.signal == 9 and killed.exit_code is None
 
 
-def test_pooled_sandboxes_are_reset_between_completions(make_code_verifier, sandbox_processes):
+def test_reused_sandboxes_are_reset_between_completions(make_code_verifier, sandbox_processes):
     before = set(_all_sandbox_pids())
     verifier = make_code_verifier(timeout=2.0, workers=1)
     leave = "import os\nopen('/tmp/left', 'w').write('x')\nos.fork() or __import__('time').sleep(60)\n"
@@ -142,10 +142,10 @@ def test_pooled_sandboxes_are_reset_between_completions(make_code_verifier, sand
     with verifier:
         verifier.verify(leave, {"tests": [{"stdout": ""}]})
         assert verifier.verify(cpp, {"language": "cpp", "tests": [{"stdout": "built"}]}).correct
-        first = verifier._pool._local.session
+        first = verifier._sandboxes._local.session
         result = verifier.verify(look, {"tests": [{"stdout": "['main.py'] False 2"}]})
         assert result.correct, result.extra["tests"]
-        assert verifier._pool._local.session is first  # the same sandbox, reused
+        assert verifier._sandboxes._local.session is first  # the same sandbox, reused
         # A failed build must not run the previous completion's binary.
         broken = verifier.verify("int main( {", {"language": "cpp", "tests": [{"stdout": "built"}]})
         assert broken.status.value == "compile_error"
@@ -159,7 +159,7 @@ def test_sandbox_reuse_one_starts_a_sandbox_per_completion(make_code_verifier):
     verifier = make_code_verifier(timeout=2.0, sandbox_reuse=1)
     for _ in range(2):
         assert verifier.verify("print(1)", {"tests": [{"stdout": "1"}]}).correct
-        assert getattr(verifier._pool._local, "session", None) is None
+        assert getattr(verifier._sandboxes._local, "session", None) is None
     with pytest.raises(ValueError):
         make_code_verifier(sandbox_reuse=0)
 

@@ -1,9 +1,9 @@
 """MathVerifier: final-answer checking for math completions, exact, hang-proof and batched.
 
-Pipeline per item: extract (math_extract) -> normalise (math_normalize) -> compare
-(math_equiv). Extraction, normalisation and exact-number comparison run in the caller's
+Pipeline per item: extract (extract.py) -> normalise (normalize.py) -> compare
+(equiv.py). Extraction, normalisation and exact-number comparison run in the caller's
 process: they are bounded string and `fractions` work that cannot hang. Anything that needs
-sympy runs in an isolated worker process (workers.WorkerPool) with a hard time limit.
+sympy runs in an isolated worker process (core/workers.py, WorkerPool) with a hard time limit.
 """
 
 from __future__ import annotations

@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veristep.verifiers.base import Status
-from veristep.verifiers.tool_match import argument_mismatch, expected_call, match_calls
-from veristep.verifiers.tool_parsers import (
+from veristep.verifiers.core.result import Status
+from veristep.verifiers.tools import ToolCallVerifier
+from veristep.verifiers.tools.match import argument_mismatch, expected_call, match_calls
+from veristep.verifiers.tools.parsers import (
     ToolCall,
     iter_formats,
     parse_tool_calls,
     render_tool_calls,
 )
-from veristep.verifiers.tools import ToolCallVerifier
 
 CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Oslo", "Lima", "Cairo", "Tokyo"]
 

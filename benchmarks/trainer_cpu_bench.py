@@ -39,7 +39,7 @@ class FirstCharVerifier:
 
     def verify(self, completion, reference):
         """Judge one completion."""
-        from veristep.verifiers.base import Status, VerifyResult
+        from veristep.verifiers.core.result import Status, VerifyResult
 
         ok = bool(completion) and completion[0] in str(reference)
         return VerifyResult(float(ok), ok, Status.CORRECT if ok else Status.WRONG)

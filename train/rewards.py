@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from veristep.verifiers.registry import get_verifier
+from veristep.verifiers.core.registry import get_verifier
 
 
 @dataclass

@@ -1,8 +1,13 @@
-"""Outcome verifiers: turn a completion into a reward with a status."""
+"""Outcome verifiers: turn a completion into a reward with a status.
 
-from .base import UNJUDGED, Status, Verifier, VerifyResult
-from .combine import WeightedVerifier, combine
-from .registry import available_kinds, get_verifier, register_verifier
+Layout: `core/` (result types, registry, combine, the worker pool), one folder per domain
+(`math/`, `code/`, `tools/`, plus `format.py`), `cli/` (the JSONL command line) and
+`adapters.py` (TRL and verl).
+"""
+
+from .core.combine import WeightedVerifier, combine
+from .core.registry import available_kinds, get_verifier, register_verifier
+from .core.result import UNJUDGED, Status, Verifier, VerifyResult
 
 __all__ = [
     "UNJUDGED",

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from veristep.verifiers.base import Verifier, VerifyResult
-from veristep.verifiers.registry import get_verifier
-from veristep.verifiers.runner import completion_text
+from veristep.verifiers.core.registry import get_verifier
+from veristep.verifiers.core.result import Verifier, VerifyResult
+from veristep.verifiers.core.text import completion_text
 
 # ---------------------------------------------------------------------------------------------
 # TRL

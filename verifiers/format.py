@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Status, VerifyResult
-from .pure_batch import BatchRunner, as_verify_result, default_workers
+from .core.batch import BatchRunner, as_verify_result, default_workers
+from .core.result import Status, VerifyResult
 
 
 class FormatIssue(str, enum.Enum):

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 # Each module exposes `register(subparsers)`, adding its sub-command and setting `func` on it.
 # Listed lazily so `veristep --help` stays fast and a part's heavy imports load only when used.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "veristep.verifiers.cli",
-    "veristep.verifiers.audit",
+    "veristep.verifiers.cli.verify",
+    "veristep.verifiers.cli.audit",
     "veristep.prm.cli",
     "veristep.train.cli",
     "veristep.bench",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from veristep.verifiers.base import Status, VerifyResult
+from veristep.verifiers.core.result import Status, VerifyResult
 
 
 class FirstCharVerifier:

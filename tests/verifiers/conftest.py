@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from veristep.verifiers import Status, VerifyResult
-from veristep.verifiers.registry import register_verifier
+from veristep.verifiers.core.registry import register_verifier
 
 # The attack suite runs under bubblewrap. To see that it really detects leaks, run it once
 # without isolation: VERISTEP_ATTACK_ISOLATION=rlimits-only pytest tests/verifiers -k attack
@@ -22,7 +22,7 @@ ATTACK_ISOLATION = os.environ.get("VERISTEP_ATTACK_ISOLATION", "bwrap")
 
 def _bwrap_or_skip(**config):
     from veristep.verifiers.code import CodeVerifier
-    from veristep.verifiers.sandbox import SandboxUnavailable
+    from veristep.verifiers.code.sandbox import SandboxUnavailable
 
     isolation = ATTACK_ISOLATION
     try:
@@ -50,9 +50,9 @@ def make_code_verifier() -> Callable[..., object]:
 @pytest.fixture
 def sandbox_processes() -> Callable[..., list[int]]:
     """Return a function listing host pids of live processes started by sandboxed programs
-    (everything in a sandbox except its launcher and supervisor, which a pool keeps), or of
+    (everything in a sandbox except its launcher and supervisor, which the sandbox cache keeps), or of
     processes whose command line holds one of the extra byte markers."""
-    from veristep.verifiers.sandbox import _SUPERVISOR_SOURCE
+    from veristep.verifiers.code.sandbox import _SUPERVISOR_SOURCE
 
     marker = _SUPERVISOR_SOURCE.encode()[:200]
 

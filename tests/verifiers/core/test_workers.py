@@ -1,0 +1,152 @@
+"""The killable worker pool: time limits, worker replacement, threads, no leaked processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from veristep.verifiers.core.workers import Outcome, WorkerPool
+
+
+def _prepare(shared):
+    """Shared payload: a multiplier, or "boom" to fail preparation."""
+    if shared == "boom":
+        raise ValueError("bad shared payload")
+    return shared
+
+
+def _run(state, item):
+    """Items: a number to multiply, "hang" (C-level big-int loop), "die", or "raise"."""
+    if item == "hang":
+        return 10 ** (10**9)  # stuck in C: only SIGKILL stops it
+    if item == "sleep":
+        while True:
+            time.sleep(0.01)
+    if item == "die":
+        os._exit(3)
+    if item == "raise":
+        raise RuntimeError("handler error")
+    return state * item
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def pool():
+    p = WorkerPool(_prepare, _run, workers=2, memory_limit_mb=None)
+    yield p
+    p.close()
+
+
+def test_results_in_order_and_pool_is_reused(pool: WorkerPool) -> None:
+    out = pool.run_chunks([(2, [1, 2, 3]), (10, [4, 5])], limit=5.0)
+    assert [[r.value for r in chunk] for chunk in out] == [[2, 4, 6], [40, 50]]
+    assert all(r.outcome is Outcome.OK for chunk in out for r in chunk)
+    pids = set(pool.worker_pids())
+    pool.run_chunks([(3, [1])], limit=5.0)
+    assert set(pool.worker_pids()) == pids and len(pids) == 2
+
+
+def test_hung_item_is_killed_and_others_are_unaffected(pool: WorkerPool) -> None:
+    start = time.monotonic()
+    out = pool.run_chunks([(1, [1, "hang", 3, "sleep", 5]), (2, [6, 7])], limit=1.0)
+    elapsed = time.monotonic() - start
+    values = [[(r.outcome, r.value) for r in chunk] for chunk in out]
+    assert values == [
+        [(Outcome.OK, 1), (Outcome.TIMEOUT, None), (Outcome.OK, 3), (Outcome.TIMEOUT, None), (Outcome.OK, 5)],
+        [(Outcome.OK, 12), (Outcome.OK, 14)],
+    ]
+    assert pool.restarts == 2
+    assert elapsed < 2 * 1.0 + 3.0  # two sequential limits at most, plus slack
+    assert len(pool.worker_pids()) == 2
+
+
+def test_crash_and_exception_are_errors_not_hangs(pool: WorkerPool) -> None:
+    out = pool.run_chunks([(1, ["die", 2, "raise", 4]), ("boom", [1, 2])], limit=5.0)
+    first, second = out
+    assert [r.outcome for r in first] == [Outcome.ERROR, Outcome.OK, Outcome.ERROR, Outcome.OK]
+    assert "died" in first[0].detail and "handler error" in first[2].detail
+    assert [r.outcome for r in second] == [Outcome.ERROR, Outcome.ERROR]
+    assert "bad shared payload" in second[0].detail
+
+
+def test_call_deadline_bounds_a_single_call_even_when_workers_are_busy(pool: WorkerPool) -> None:
+    busy = threading.Thread(target=pool.run_chunks, args=([(1, ["hang"]), (1, ["hang"])], 3.0))
+    busy.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    out = pool.run_chunks([(1, [5])], limit=1.0, call_deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - start < 1.0 + 2.5
+    assert out[0][0].outcome in (Outcome.TIMEOUT, Outcome.OK)
+    busy.join()
+
+
+def test_close_leaves_no_processes() -> None:
+    p = WorkerPool(_prepare, _run, workers=2, memory_limit_mb=None)
+    p.run_chunks([(1, [1, 2])], limit=5.0)
+    pids = p.worker_pids()
+    assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+    p.close()
+    p.close()  # idempotent
+    assert not any(_alive(pid) for pid in pids)
+    with pytest.raises(RuntimeError):
+        p.run_chunks([(1, [1])], limit=1.0)
+
+
+def test_invalid_configuration_raises() -> None:
+    with pytest.raises(ValueError):
+        WorkerPool(_prepare, _run, workers=0)
+
+
+def test_unclosed_verifier_is_cleaned_up_at_interpreter_exit(tmp_path) -> None:
+    script = tmp_path / "leave_open.py"
+    script.write_text(textwrap.dedent(
+        """
+        from veristep.verifiers.math import MathVerifier
+        v = MathVerifier(workers=2, timeout=2)
+        r = v.verify("$\\\\boxed{x^2+2x+1}$", "(x+1)^2")
+        print(r.status.value, *v.worker_pids(), flush=True)
+        # no close(): exit must still stop the workers, and promptly
+        """
+    ))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status, *pids = proc.stdout.split()
+    assert status == "correct" and len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(int(pid)) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(int(pid)) for pid in pids)
+    assert time.monotonic() - start < 60
+
+
+def test_forked_child_builds_its_own_pool_and_leaves_the_parents_alone() -> None:
+    from veristep.verifiers.math import MathVerifier
+
+    with MathVerifier(workers=1, timeout=5) as v:
+        assert v.verify("$\\boxed{x^2+2x+1}$", "(x+1)^2").correct
+        parent_pids = v.worker_pids()
+        assert len(parent_pids) == 1
+        child = os.fork()
+        if child == 0:  # the child verifies with a new pool, then exits without touching ours
+            code = 0 if v.verify("$\\boxed{(x+2)^2}$", "x^2+4x+4").correct else 1
+            code |= 0 if set(v.worker_pids()).isdisjoint(parent_pids) else 2
+            v.close()
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert v.worker_pids() == parent_pids and all(_alive(p) for p in parent_pids)
+        assert v.verify("$\\boxed{x^2+2x+1}$", "(x+1)^2").correct

@@ -1,0 +1,179 @@
+"""Schema validation: one test per violation type, nested objects and arrays, BFCL type names."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from veristep.verifiers.tools.parsers import ToolCall
+from veristep.verifiers.tools.schema import ToolSchema, Violation, normalize_parameters_schema
+
+BOOK = {
+    "type": "function",
+    "function": {
+        "name": "book_flight",
+        "description": "Book a flight.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "origin": {"type": "string"},
+                "seats": {"type": "integer", "minimum": 1},
+                "cabin": {"type": "string", "enum": ["economy", "business"]},
+                "refundable": {"type": "boolean"},
+                "passengers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                        "required": ["name"],
+                        "additionalProperties": False,
+                    },
+                },
+                "contact": {
+                    "type": "object",
+                    "properties": {"email": {"type": "string"}},
+                    "required": ["email"],
+                },
+            },
+            "required": ["origin", "seats"],
+        },
+    },
+}
+SCHEMA = ToolSchema.from_tools([BOOK])
+
+
+def kinds(arguments, name="book_flight"):
+    return [(i.kind, i.path) for i in SCHEMA.validate(ToolCall(name, arguments))]
+
+
+def test_valid_call_has_no_issues():
+    args = {
+        "origin": "SFO",
+        "seats": 2,
+        "cabin": "economy",
+        "refundable": False,
+        "passengers": [{"name": "Ann", "age": 30}, {"name": "Bo"}],
+        "contact": {"email": "a@b.c", "phone": "123"},  # nested objects are open unless closed
+    }
+    assert kinds(args) == []
+
+
+def test_unknown_function():
+    assert kinds({}, name="book_hotel") == [(Violation.UNKNOWN_FUNCTION, "")]
+
+
+def test_missing_required():
+    assert kinds({"origin": "SFO"}) == [(Violation.MISSING_REQUIRED, "")]
+
+
+def test_unexpected_parameter_one_issue_per_name():
+    assert kinds({"origin": "SFO", "seats": 1, "pets": 2, "meal": "veg"}) == [
+        (Violation.UNEXPECTED_PARAMETER, "/pets"),
+        (Violation.UNEXPECTED_PARAMETER, "/meal"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2", 2.5, True, None, [2]],
+    ids=["string", "float", "bool-is-not-int", "null", "list"],
+)
+def test_wrong_type(value):
+    assert kinds({"origin": "SFO", "seats": value}) == [(Violation.WRONG_TYPE, "/seats")]
+
+
+def test_integral_float_counts_as_integer_like_json_schema():
+    assert kinds({"origin": "SFO", "seats": 2.0}) == []
+
+
+def test_enum_violation():
+    assert kinds({"origin": "SFO", "seats": 1, "cabin": "first"}) == [(Violation.ENUM, "/cabin")]
+
+
+def test_other_constraints():
+    assert kinds({"origin": "SFO", "seats": 0}) == [(Violation.CONSTRAINT, "/seats")]
+
+
+def test_nested_array_of_objects():
+    args = {"origin": "SFO", "seats": 1, "passengers": [{"name": "Ann"}, {"age": "old", "x": 1}]}
+    assert sorted(kinds(args), key=str) == sorted(
+        [
+            (Violation.MISSING_REQUIRED, "/passengers/1"),
+            (Violation.UNEXPECTED_PARAMETER, "/passengers/1"),
+            (Violation.WRONG_TYPE, "/passengers/1/age"),
+        ],
+        key=str,
+    )
+
+
+def test_nested_object():
+    assert kinds({"origin": "SFO", "seats": 1, "contact": {"email": 5}}) == [
+        (Violation.WRONG_TYPE, "/contact/email")
+    ]
+    assert kinds({"origin": "SFO", "seats": 1, "contact": {}}) == [
+        (Violation.MISSING_REQUIRED, "/contact")
+    ]
+
+
+def test_issue_count_is_bounded_for_huge_bad_calls():
+    args = {"origin": "SFO", "seats": 1, "passengers": [{"name": i} for i in range(10_000)]}
+    issues = SCHEMA.validate(ToolCall("book_flight", args))
+    assert 1 <= len(issues) <= 20
+
+
+def test_bfcl_type_names_and_open_parameters():
+    bfcl = {
+        "name": "calc",
+        "parameters": {
+            "type": "dict",
+            "properties": {
+                "x": {"type": "float"},
+                "xs": {"type": "tuple", "items": {"type": "integer"}},
+                "anything": {"type": "any"},
+            },
+            "required": ["x"],
+        },
+    }
+    schema = ToolSchema.from_tools([bfcl])
+    assert schema.validate(ToolCall("calc", {"x": 1, "xs": [1, 2], "anything": {"a": 1}})) == []
+    assert [i.kind for i in schema.validate(ToolCall("calc", {"x": "1"}))] == [Violation.WRONG_TYPE]
+    open_schema = ToolSchema.from_tools([bfcl], closed=False)
+    assert open_schema.validate(ToolCall("calc", {"x": 1.5, "extra": 1})) == []
+
+
+def test_function_without_parameters_accepts_only_empty_arguments():
+    schema = ToolSchema.from_tools([{"type": "function", "function": {"name": "now"}}])
+    assert schema.validate(ToolCall("now", {})) == []
+    assert [i.kind for i in schema.validate(ToolCall("now", {"tz": "UTC"}))] == [
+        Violation.UNEXPECTED_PARAMETER
+    ]
+
+
+def test_explicit_additional_properties_is_respected():
+    params = normalize_parameters_schema({"type": "object", "additionalProperties": True})
+    assert params["additionalProperties"] is True
+
+
+@pytest.mark.parametrize(
+    "tools,message",
+    [
+        ("not a list", "must be a list"),
+        ([{"type": "function", "function": {"parameters": {}}}], "no function name"),
+        ([{"type": "retrieval"}], "only function tools"),
+        (
+            [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 5}}}}],
+            "invalid parameters schema",
+        ),
+        ([{"name": "f"}, {"name": "f"}], "defined twice"),
+    ],
+)
+def test_bad_tool_definitions_are_configuration_errors(tools, message):
+    with pytest.raises(ValueError, match=message):
+        ToolSchema.from_tools(tools)
+
+
+def test_compiled_schema_pickles_for_worker_processes():
+    clone = pickle.loads(pickle.dumps(SCHEMA))
+    assert [i.kind for i in clone.validate(ToolCall("book_flight", {"origin": "SFO"}))] == [
+        Violation.MISSING_REQUIRED
+    ]

@@ -1,0 +1,372 @@
+"""Decide whether two normalised answers are mathematically equal.
+
+Two layers: `compare_numbers` works on exact rationals with `fractions` only (cheap, cannot
+hang, used in the caller's process); `parse_answer` + `compare_parsed` use math-verify's LaTeX
+parser and sympy and are meant to run inside the isolated workers (see `reference_state` and
+`judge`, the two functions the worker pool calls). sympy is imported lazily so that the
+caller's process does not pay for it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Literal
+
+from ..core.result import Status
+from .exact import Monomial
+from .normalize import ExactNumber, exact_decimals, too_large_to_evaluate
+
+PercentMode = Literal["either", "strip", "divide"]
+
+# Differences below this, relative to the values' size, count as zero for closed-form constants
+# evaluated at _PRECISION digits (sqrt(2)/2 vs 1/sqrt(2), pi-expressions).
+_ZERO_REL = Fraction(1, 10**45)
+_PRECISION = 60
+# What "numerically close" means for the audit flag: Math-Verify's 6-decimal rounding, or a
+# relative error of 1e-4.
+_CLOSE_ABS = Fraction(5, 10**7)
+_CLOSE_REL = Fraction(1, 10**4)
+
+
+@dataclass(frozen=True)
+class EquivConfig:
+    """Knobs of the equivalence decision, shared by the fast path and the workers."""
+
+    # accepted error, in units of the reference's last decimal place, when the reference is a
+    # decimal such as 3.14 (0.5 = "rounds to the reference"); 0 = exact only
+    numeric_tolerance: float = 0.5
+    percent: PercentMode = "either"
+    imaginary_unit: bool = True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The equivalence decision for one pair, before it becomes a VerifyResult."""
+
+    status: Status
+    detail: str = ""
+    numeric_close: bool = False
+
+
+def _within_tolerance(ref: Fraction, pred: Fraction, decimals: int | None, tol: float) -> bool:
+    """True when `pred` is within `tol` units of the last decimal place of a decimal reference."""
+    if not decimals or tol <= 0:
+        return False
+    return abs(pred - ref) <= Fraction(tol) / Fraction(10) ** decimals
+
+
+def _is_close(ref: Fraction, pred: Fraction) -> bool:
+    """The audit's "close but not equal" test (what a rounding checker would have accepted)."""
+    diff = abs(pred - ref)
+    return diff <= _CLOSE_ABS or diff <= _CLOSE_REL * abs(ref)
+
+
+def compare_values(ref: Fraction, pred: Fraction, decimals: int | None, cfg: EquivConfig) -> Verdict:
+    """Compare two exact values; tolerance applies only to a decimal reference."""
+    if ref == pred:
+        return Verdict(Status.CORRECT)
+    if _within_tolerance(ref, pred, decimals, cfg.numeric_tolerance):
+        return Verdict(Status.CORRECT, f"within the reference's {decimals} decimals")
+    return Verdict(Status.WRONG, numeric_close=_is_close(ref, pred))
+
+
+def _percent_candidates(num: ExactNumber, mode: PercentMode) -> list[tuple[Fraction, int | None]]:
+    """The values a number may stand for: 50% is 50 or 0.5 depending on the percent mode."""
+    if not num.percent:
+        return [(num.value, num.decimals)]
+    divided = (num.value / 100, None if num.decimals is None else num.decimals + 2)
+    if mode == "strip":
+        return [(num.value, num.decimals)]
+    if mode == "divide":
+        return [divided]
+    return [(num.value, num.decimals), divided]
+
+
+def compare_numbers(ref: ExactNumber, pred: ExactNumber, cfg: EquivConfig) -> Verdict:
+    """Fast-path comparison of two exact numbers, honouring the percent mode."""
+    close = False
+    for rv, rdec in _percent_candidates(ref, cfg.percent):
+        for pv, _ in _percent_candidates(pred, cfg.percent):
+            verdict = compare_values(rv, pv, rdec, cfg)
+            if verdict.status is Status.CORRECT:
+                return verdict
+            close = close or verdict.numeric_close
+    return Verdict(Status.WRONG, numeric_close=close)
+
+
+def compare_monomials(ref: Monomial, pred: Monomial, decimals: int | None, cfg: EquivConfig) -> Verdict:
+    """Fast-path comparison of two exact q·√r·π^k values (rationals included)."""
+    if ref == pred:
+        return Verdict(Status.CORRECT)
+    rv, pv = ref.value(), pred.value()
+    diff = abs(pv - rv)
+    if decimals and cfg.numeric_tolerance > 0:
+        if diff <= Decimal(str(cfg.numeric_tolerance)) * Decimal(10) ** -decimals:
+            return Verdict(Status.CORRECT, f"within the reference's {decimals} decimals")
+    close = diff <= Decimal(5) * Decimal(10) ** -7 or diff <= abs(rv) * Decimal(10) ** -4
+    return Verdict(Status.WRONG, numeric_close=close)
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+@dataclass
+class ParsedAnswer:
+    """An answer parsed to sympy inside a worker (expr is None when parsing failed)."""
+
+    text: str
+    parsed: list[Any]
+    error: str = ""
+    decimals: int | None = None
+
+
+def _percent_for_sympy(text: str, mode: PercentMode) -> str:
+    """Spell a percent sign the way the configured percent mode reads it."""
+    if "\\%" not in text:
+        return text
+    if mode == "divide":
+        return text.replace("\\%", "\\cdot\\frac{1}{100}")
+    return text.replace("\\%", "")
+
+
+def _with_imaginary_unit(expr: Any) -> Any:
+    """Read a free symbol named i as the imaginary unit (math-verify keeps it a variable)."""
+    import sympy
+
+    try:
+        syms = [s for s in getattr(expr, "free_symbols", ()) if s.name == "i"]
+        return expr.subs({s: sympy.I for s in syms}) if syms else expr
+    except Exception:
+        return expr
+
+
+def parse_answer(text: str, cfg: EquivConfig, decimals: int | None = None) -> ParsedAnswer:
+    """Parse a normalised answer with math-verify's LaTeX parser (run this in a worker)."""
+    from math_verify import LatexExtractionConfig, parse
+
+    if not text:
+        return ParsedAnswer(text, [], "empty answer")
+    if too_large_to_evaluate(text):
+        return ParsedAnswer(text, [], "expression too large to evaluate")
+    latex = exact_decimals(_percent_for_sympy(text, cfg.percent))
+    parsed = parse(
+        "\\boxed{" + latex + "}",
+        extraction_config=[LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)],
+        fallback_mode="no_fallback",
+        extraction_mode="first_match",
+        parsing_timeout=None,
+    )
+    if not parsed:
+        return ParsedAnswer(text, [], "could not parse")
+    if cfg.imaginary_unit:
+        parsed = [_with_imaginary_unit(p) for p in parsed]
+    return ParsedAnswer(text, parsed, "", decimals)
+
+
+def _is_constant(expr: Any) -> bool:
+    """True for a scalar with no free symbols (not a set, tuple, matrix or relation)."""
+    import sympy
+    from sympy.matrices import MatrixBase
+
+    if not isinstance(expr, sympy.Expr) or isinstance(expr, MatrixBase):
+        return False
+    try:
+        return not expr.free_symbols and not expr.has(sympy.Symbol)
+    except Exception:
+        return False
+
+
+def _is_plain_expr(expr: Any) -> bool:
+    """A scalar expression (possibly with variables), not a set, tuple, matrix or relation."""
+    import sympy
+    from sympy.matrices import MatrixBase
+
+    return isinstance(expr, sympy.Expr) and not isinstance(expr, MatrixBase)
+
+
+def _to_fraction(value: Any) -> Fraction:
+    """An exact Fraction from a sympy Rational or Float."""
+    import sympy
+
+    r = sympy.Rational(value)
+    return Fraction(int(r.p), int(r.q))
+
+
+def _compare_constants(gold: Any, pred: Any, decimals: int | None, cfg: EquivConfig) -> Verdict:
+    """Compare two closed-form constants: exactly when rational, else at 60 digits."""
+    import sympy
+
+    a, b = gold.doit(), pred.doit()
+    if isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
+        return compare_values(_to_fraction(a), _to_fraction(b), decimals, cfg)
+    av, bv = sympy.N(a, _PRECISION), sympy.N(b, _PRECISION)
+    ar, ai = av.as_real_imag()
+    br, bi = bv.as_real_imag()
+    if not all(isinstance(x, sympy.Number) and x.is_finite for x in (ar, ai, br, bi)):
+        # infinities, undefined values: only an exact symbolic zero difference counts
+        same = a == b or sympy.simplify(a - b) == 0
+        return Verdict(Status.CORRECT if same else Status.WRONG)
+    fa, fai, fb, fbi = (_to_fraction(x) for x in (ar, ai, br, bi))
+    scale = max(Fraction(1), abs(fa), abs(fb), abs(fai), abs(fbi))
+    if abs(fa - fb) + abs(fai - fbi) <= _ZERO_REL * scale:
+        return Verdict(Status.CORRECT)
+    if fai == 0 and fbi == 0:
+        return compare_values(fa, fb, decimals, cfg)
+    return Verdict(Status.WRONG, numeric_close=_is_close(fa, fb) and _is_close(fai, fbi))
+
+
+# Fixed sample points (positive, irrational-looking) for the quick inequality test below.
+_PROBES = ("0.6180339887498948482", "1.4142135623730950488", "2.7182818284590452354")
+
+
+def _differ_at_a_point(gold: Any, pred: Any) -> bool:
+    """True when two expressions take different values at a sample point of their variables.
+
+    A cheap proof of inequality: sympy's simplify on a wrong pair (x^3 vs x^2) can take
+    seconds, while one substitution takes milliseconds. Agreement proves nothing, so equal
+    values fall through to the symbolic comparison.
+    """
+    import sympy
+
+    gs, ps = getattr(gold, "free_symbols", set()), getattr(pred, "free_symbols", set())
+    names = sorted({s.name for s in gs} | {s.name for s in ps})
+    if not names or len(names) > 6:
+        return False
+    for shift in range(len(_PROBES)):
+        point = {n: sympy.Float(_PROBES[(i + shift) % len(_PROBES)], 30) for i, n in enumerate(names)}
+        try:
+            a = complex(sympy.N(gold.subs({s: point[s.name] for s in gs}), 30))
+            b = complex(sympy.N(pred.subs({s: point[s.name] for s in ps}), 30))
+        except Exception:
+            continue  # not a number at this point (a domain edge, a function): no evidence
+        if not all(map(_finite, (a.real, a.imag, b.real, b.imag))):
+            continue
+        scale = max(1.0, abs(a), abs(b))
+        return abs(a - b) > 1e-9 * scale
+    return False
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+def _text_like(expr: Any) -> bool:
+    """A bare symbol or a product of symbols: how math-verify reads a word such as "Evelyn"."""
+    import sympy
+
+    if isinstance(expr, sympy.Symbol):
+        return True
+    return isinstance(expr, sympy.Mul) and all(isinstance(a, sympy.Symbol) for a in expr.args)
+
+
+def _intervals(expr: Any) -> list[Any] | None:
+    """The intervals of an Interval or a Union of Intervals, sorted by left end (else None)."""
+    import sympy
+
+    if isinstance(expr, sympy.Interval):
+        return [expr]
+    if isinstance(expr, sympy.Union) and all(isinstance(a, sympy.Interval) for a in expr.args):
+        try:
+            return sorted(expr.args, key=lambda iv: float(sympy.N(iv.start)))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _compare_intervals(gold: list[Any], pred: list[Any], cfg: EquivConfig) -> Verdict:
+    """Interval unions: same count, same open/closed ends, exactly equal end points."""
+    if len(gold) != len(pred):
+        return Verdict(Status.WRONG)
+    for g, p in zip(gold, pred, strict=True):
+        if (g.left_open, g.right_open) != (p.left_open, p.right_open):
+            return Verdict(Status.WRONG)
+        for ge, pe in ((g.start, p.start), (g.end, p.end)):
+            if ge == pe:
+                continue
+            if not (_is_constant(ge) and _is_constant(pe)):
+                return Verdict(Status.WRONG) if ge.is_infinite or pe.is_infinite else Verdict(Status.PARSE_ERROR)
+            if _compare_constants(ge, pe, None, cfg).status is not Status.CORRECT:
+                return Verdict(Status.WRONG)
+    return Verdict(Status.CORRECT)
+
+
+def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> Verdict:
+    """Compare two parsed answers: our exact/precision rules for constants, math-verify otherwise."""
+    from math_verify import verify
+
+    if not ref.parsed:
+        return Verdict(Status.PARSE_ERROR, f"reference: {ref.error}")
+    if not pred.parsed:
+        return Verdict(Status.PARSE_ERROR, pred.error)
+    gold_expr, pred_expr = ref.parsed[0], pred.parsed[0]
+    if _is_constant(gold_expr) and _is_constant(pred_expr):
+        return _compare_constants(gold_expr, pred_expr, ref.decimals, cfg)
+    if _is_plain_expr(gold_expr) and _is_plain_expr(pred_expr):
+        gold_text, pred_text = _text_like(gold_expr), _text_like(pred_expr)
+        if (gold_text and _is_constant(pred_expr)) or (pred_text and _is_constant(gold_expr)):
+            return Verdict(Status.WRONG)  # a word or a variable is never a number
+        if not (gold_text or pred_text) and _differ_at_a_point(gold_expr, pred_expr):
+            return Verdict(Status.WRONG)
+    gold_iv, pred_iv = _intervals(gold_expr), _intervals(pred_expr)
+    if gold_iv is not None and pred_iv is not None:
+        verdict = _compare_intervals(gold_iv, pred_iv, cfg)
+        if verdict.status is not Status.PARSE_ERROR:
+            return verdict
+    # Structured answers (sets, intervals, tuples, matrices, equations, expressions in x):
+    # math-verify's comparison, with its float rounding made irrelevant (decimals are exact
+    # fractions by now) and a numeric precision high enough not to call 1e-20 zero.
+    same = verify(
+        ref.parsed, pred.parsed, float_rounding=12, numeric_precision=_PRECISION, timeout_seconds=None
+    )
+    return Verdict(Status.CORRECT if same else Status.WRONG)
+
+
+# ------------------------------------------------------------- the worker pool's two calls
+
+
+# Parsed references per worker process: a reference that comes back in a later chunk (the
+# same prompt in the next batch, or a group cut in two) is not parsed again.
+_REFERENCE_CACHE: OrderedDict[tuple[str, int | None, EquivConfig], tuple[ParsedAnswer, EquivConfig]] = OrderedDict()
+_REFERENCE_CACHE_SIZE = 1024
+
+
+def reference_state(shared: tuple[str, int | None, EquivConfig]) -> tuple[ParsedAnswer, EquivConfig]:
+    """Parse one reference once for every completion that shares it (worker side)."""
+    state = _REFERENCE_CACHE.get(shared)
+    if state is not None:
+        _REFERENCE_CACHE.move_to_end(shared)
+        return state
+    text, decimals, cfg = shared
+    state = (parse_answer(text, cfg, decimals), cfg)
+    _REFERENCE_CACHE[shared] = state
+    if len(_REFERENCE_CACHE) > _REFERENCE_CACHE_SIZE:
+        _REFERENCE_CACHE.popitem(last=False)
+    return state
+
+
+def judge(state: tuple[ParsedAnswer, EquivConfig], pred_text: str) -> tuple[str, str, bool]:
+    """Judge one normalised predicted answer against the prepared reference (worker side)."""
+    ref, cfg = state
+    try:
+        verdict = compare_parsed(ref, parse_answer(pred_text, cfg), cfg)
+    except (MemoryError, RecursionError) as exc:
+        # the answer is too big or too deeply nested to evaluate: the model's doing, not ours
+        verdict = Verdict(Status.PARSE_ERROR, f"{type(exc).__name__}: answer too large to evaluate")
+    return verdict.status.value, verdict.detail, verdict.numeric_close
+
+
+def preload() -> None:
+    """Import the heavy modules the workers need, so forked workers start warm."""
+    import math_verify.grader
+    import math_verify.parser
+    import sympy  # noqa: F401
+
+    # we run math-verify without its signal timeouts on purpose (the worker pool enforces the
+    # limit); silence its one-time warning about that
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+
+    parse_answer("\\frac{1}{2}", EquivConfig())  # also warms the ANTLR parser's caches

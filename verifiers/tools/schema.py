@@ -1,0 +1,261 @@
+"""Check parsed tool calls against OpenAI-style function definitions with `jsonschema`."""
+
+from __future__ import annotations
+
+import copy
+import enum
+import functools
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft202012Validator
+
+from .parsers import ToolCall
+
+# BFCL's function documents use Python-ish type names; JSON Schema spells them differently.
+_TYPE_ALIASES = {
+    "dict": "object",
+    "float": "number",
+    "double": "number",
+    "tuple": "array",
+    "list": "array",
+    "int": "integer",
+    "long": "integer",
+    "bool": "boolean",
+    "str": "string",
+}
+_SUBSCHEMA_KEYS = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+
+#: At most this many issues are reported per call (a huge bad call must not flood the output).
+MAX_ISSUES_PER_CALL = 20
+
+
+class Violation(str, enum.Enum):
+    """What is wrong with one call, relative to the function definitions."""
+
+    UNKNOWN_FUNCTION = "unknown_function"
+    MISSING_REQUIRED = "missing_required"
+    UNEXPECTED_PARAMETER = "unexpected_parameter"
+    WRONG_TYPE = "wrong_type"
+    ENUM = "enum"
+    CONSTRAINT = "constraint"  # minimum, pattern, minItems ... any other schema keyword
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class SchemaIssue:
+    """One violation: its kind, where in the arguments (a JSON pointer-ish path), and a message."""
+
+    kind: Violation
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        """Return the issue as a JSON-serialisable dict."""
+        return {"kind": self.kind.value, "path": self.path, "message": self.message}
+
+
+@dataclass
+class FunctionSpec:
+    """One function definition, normalised to JSON Schema and compiled."""
+
+    name: str
+    parameters: dict[str, Any]
+    validator: Draft202012Validator = field(repr=False)
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        """The top-level parameter schemas by name."""
+        props = self.parameters.get("properties")
+        return props if isinstance(props, dict) else {}
+
+    @property
+    def required(self) -> frozenset[str]:
+        """Names of the required top-level parameters."""
+        required = self.parameters.get("required")
+        return frozenset(required) if isinstance(required, list) else frozenset()
+
+
+def normalize_parameters_schema(schema: Any, *, closed: bool = True) -> dict[str, Any]:
+    """Turn a function's `parameters` into valid JSON Schema.
+
+    BFCL type names (dict, float, tuple, any ...) become JSON Schema types; a missing schema
+    means "no parameters". With `closed`, the top-level object rejects parameters it does not
+    list (BFCL's "unexpected parameter" rule) unless it sets additionalProperties itself.
+    """
+    if schema is None:
+        schema = {"type": "object", "properties": {}}
+    if not isinstance(schema, Mapping):
+        raise ValueError(f"function parameters must be a JSON Schema object, got {schema!r:.80}")
+    normalized = _normalize_types(copy.deepcopy(dict(schema)))
+    normalized.setdefault("type", "object")
+    if (
+        closed
+        and "additionalProperties" not in normalized
+        and "patternProperties" not in normalized
+    ):
+        normalized.setdefault("properties", {})
+        normalized["additionalProperties"] = False
+    return normalized
+
+
+def _normalize_types(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        if kind == "any":
+            del schema["type"]
+        else:
+            schema["type"] = _TYPE_ALIASES.get(kind, kind)
+    elif isinstance(kind, list):
+        schema["type"] = [_TYPE_ALIASES.get(k, k) for k in kind if k != "any"] or None
+        if schema["type"] is None:
+            del schema["type"]
+    for key in _SUBSCHEMA_KEYS:
+        if isinstance(schema.get(key), dict):
+            _normalize_types(schema[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            for sub in schema[key]:
+                _normalize_types(sub)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            for sub in schema[key].values():
+                _normalize_types(sub)
+    return schema
+
+
+def _function_definition(tool: Any) -> Mapping[str, Any]:
+    if not isinstance(tool, Mapping):
+        raise ValueError(f"a tool must be an object, got {type(tool).__name__}")
+    if tool.get("type", "function") != "function":
+        raise ValueError(f"only function tools are supported, got type {tool.get('type')!r}")
+    fn = tool.get("function", tool)
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise ValueError(f"tool has no function name: {json.dumps(tool)[:120]}")
+    return fn
+
+
+class ToolSchema:
+    """The set of functions a completion may call, compiled once for many calls."""
+
+    def __init__(self, functions: Sequence[FunctionSpec]) -> None:
+        self._source: tuple[str, bool] | None = None  # set by from_tools; lets pickling rebuild
+        self.functions: dict[str, FunctionSpec] = {}
+        for spec in functions:
+            if spec.name in self.functions:
+                raise ValueError(f"function {spec.name!r} is defined twice in the tools list")
+            self.functions[spec.name] = spec
+
+    @classmethod
+    def from_tools(cls, tools: Sequence[Any], *, closed: bool = True) -> ToolSchema:
+        """Build from OpenAI-style `{"type": "function", "function": {...}}` (or bare) definitions."""
+        if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+            raise ValueError(
+                f"tools must be a list of function definitions, got {type(tools).__name__}"
+            )
+        try:
+            key = json.dumps(tools, sort_keys=True)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"tools are not JSON-serialisable: {err}") from None
+        return _compiled(key, closed)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # compiled validators do not pickle; worker processes rebuild (and cache) from the source
+        if self._source is None:
+            raise TypeError("only a ToolSchema built with from_tools can be pickled")
+        return (_compiled, self._source)
+
+    def get(self, name: str) -> FunctionSpec | None:
+        """The function called `name`, or None."""
+        return self.functions.get(name)
+
+    def validate(self, call: ToolCall) -> list[SchemaIssue]:
+        """Every way `call` breaks its function's definition (empty list: the call is valid)."""
+        spec = self.functions.get(call.name)
+        if spec is None:
+            return [
+                SchemaIssue(
+                    Violation.UNKNOWN_FUNCTION,
+                    "",
+                    f"function {call.name!r} is not in the tools list",
+                )
+            ]
+        return validate_arguments(spec, call.arguments)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(key: str, closed: bool) -> ToolSchema:
+    specs = []
+    for tool in json.loads(key):
+        fn = _function_definition(tool)
+        parameters = normalize_parameters_schema(fn.get("parameters"), closed=closed)
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except jsonschema.SchemaError as err:
+            raise ValueError(
+                f"function {fn['name']!r} has an invalid parameters schema: {err.message}"
+            ) from None
+        specs.append(FunctionSpec(fn["name"], parameters, Draft202012Validator(parameters)))
+    schema = ToolSchema(specs)
+    schema._source = (key, closed)
+    return schema
+
+
+def _path(parts: Sequence[Any]) -> str:
+    return "/" + "/".join(str(part) for part in parts) if parts else ""
+
+
+def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIssue]:
+    """Validate one call's arguments against its function's parameters schema."""
+    issues: list[SchemaIssue] = []
+    closed = spec.parameters.get("additionalProperties") is False
+    if closed and not spec.parameters.get("patternProperties"):
+        # reported by us, one issue per name, rather than jsonschema's single combined message
+        for name in arguments:
+            if name not in spec.properties:
+                issues.append(
+                    SchemaIssue(
+                        Violation.UNEXPECTED_PARAMETER, f"/{name}", f"unexpected parameter {name!r}"
+                    )
+                )
+    try:
+        # islice: a 100k-element array of wrong types must not build 100k error objects
+        first = itertools.islice(spec.validator.iter_errors(arguments), 5 * MAX_ISSUES_PER_CALL)
+        errors = sorted(first, key=lambda e: list(map(str, e.absolute_path)))
+    except RecursionError:
+        return issues + [
+            SchemaIssue(Violation.CONSTRAINT, "", "arguments nested too deeply to validate")
+        ]
+    for error in errors:
+        if len(issues) >= MAX_ISSUES_PER_CALL:
+            break
+        where = _path(list(error.absolute_path))
+        keyword = error.validator
+        if keyword == "additionalProperties" and not error.absolute_path and closed:
+            continue  # already reported per parameter above
+        if keyword == "required":
+            kind = Violation.MISSING_REQUIRED
+        elif keyword == "additionalProperties":
+            kind = Violation.UNEXPECTED_PARAMETER
+        elif keyword == "type":
+            kind = Violation.WRONG_TYPE
+        elif keyword in ("enum", "const"):
+            kind = Violation.ENUM
+        else:
+            kind = Violation.CONSTRAINT
+        issues.append(SchemaIssue(kind, where, _short(error.message)))
+    return issues[:MAX_ISSUES_PER_CALL]
+
+
+def _short(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[:limit] + "..."

@@ -126,7 +126,7 @@ class Config:
     prm_agg: str = field(default="min", metadata={"help": "prm_as_outcome aggregation: min|prod|mean|last"})
     avspo_virtual: str = field(default="opposite", metadata={"help": "AVSPO virtual reward: opposite (the released rule) | fixed | random"})
     dynamic_sampling_rounds: int = field(default=4, metadata={"help": "dapo: max extra rollout rounds to fill the batch"})
-    difficulty_ema: float = field(default=0.3, metadata={"help": "EMA weight of a step's success rate in each prompt's difficulty (easy/frontier/hard; logged as pool/*)"})
+    difficulty_ema: float = field(default=0.3, metadata={"help": "EMA weight of a step's success rate in each prompt's difficulty (easy/frontier/hard; logged as difficulty/*)"})
     # --- rollout ---------------------------------------------------------------------------
     rollout: str = field(default="hf", metadata={"help": "rollout engine: hf|vllm"})
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt"})

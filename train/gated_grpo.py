@@ -239,7 +239,7 @@ def train(cfg: Config) -> dict[str, Any]:
             global_idx = _gather_indices(local_idx, info)
             difficulty.update(global_idx, all_correct.float().mean(dim=1))
             for name, members in difficulty.by_difficulty().items():
-                m[f"pool/{name}"] = len(members)
+                m[f"difficulty/{name}"] = len(members)
             lens = torch.tensor([float(len(c)) for c in ro.completion_ids])
             m["completion/len_mean"] = float(gather_rows(lens, info).mean())
             m["completion/truncated_frac"] = float(gather_rows(torch.tensor(ro.truncated, dtype=torch.float32), info).mean())

@@ -14,7 +14,7 @@ STEP_METRICS: tuple[str, ...] = (
     "gate/acr", "gate/all_wrong_rate", "gate/all_correct_rate", "gate/gated_groups",
     "adv/nonzero_frac", "reward/mean", "reward/std", "loss/policy", "loss/kl",
     "loss/clip_frac_low", "loss/clip_frac_high", "policy/entropy", "completion/len_mean",
-    "completion/truncated_frac", "pool/easy", "pool/frontier", "pool/hard", "eval/pass@1",
+    "completion/truncated_frac", "difficulty/easy", "difficulty/frontier", "difficulty/hard", "eval/pass@1",
     "eval/pass@G", "time/rollout_s", "time/reward_s", "time/prm_s", "time/train_s",
     "throughput/tokens_per_s",
 )

@@ -82,12 +82,12 @@ def test_summary_and_files(small_config, capsys):
     assert (Path(summary["final_model"]) / "config.json").exists()
 
 
-def test_metric_names_are_documented_in_readme():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Trainer", 1)[-1]
-    assert "## Trainer" in readme
+def test_metric_names_are_documented_in_the_trainer_docs():
+    page = (REPO / "docs" / "trainer.md").read_text(encoding="utf-8")
+    section = page.split("## Metrics", 1)[-1]
+    assert "## Metrics" in page
     missing = [k for k in STEP_METRICS if f"`{k}`" not in section]
-    assert not missing, f"README ## Trainer does not document {missing}"
+    assert not missing, f"docs/trainer.md ## Metrics does not document {missing}"
 
 
 def test_resume_continues_and_reproduces_an_uninterrupted_run(small_config, tmp_path):
@@ -126,7 +126,7 @@ def test_resume_reads_a_checkpoint_from_before_the_difficulty_rename(small_confi
     _rename_state_key(part_dir, "difficulty", "pool")  # the key earlier versions wrote
     resumed = train(make_config(**dict(common, steps=2, output_dir=part_dir, resume=True)))
     # The per-prompt history came back: step 2 counts the prompts of both steps, as uninterrupted.
-    counts = [{k: r[k] for k in ("pool/easy", "pool/frontier", "pool/hard")}
+    counts = [{k: r[k] for k in ("difficulty/easy", "difficulty/frontier", "difficulty/hard")}
               for r in (read_metrics(Path(d) / "metrics.jsonl")[-1] for d in (full["output_dir"], part_dir))]
     assert counts[0] == counts[1] and sum(counts[1].values()) > small_config["prompts_per_step"]
     assert resumed["steps"] == 2

@@ -21,6 +21,7 @@ class Status(str, enum.Enum):
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
     MEMORY_LIMIT = "memory_limit"
+    PROCESS_LIMIT = "process_limit"
     OUTPUT_LIMIT = "output_limit"
     NO_CODE = "no_code"
     SANDBOX_ERROR = "sandbox_error"
@@ -32,6 +33,9 @@ class Status(str, enum.Enum):
     WRONG_COUNT = "wrong_count"
     # format
     FORMAT_ERROR = "format_error"
+    # the reference cannot be used (empty, unparseable, in no format the verifier reads): the
+    # dataset's fault, never the model's, so the item is not judged
+    BAD_REFERENCE = "bad_reference"
     # the verifier itself failed on this item (a bug, never the model's fault)
     INTERNAL_ERROR = "internal_error"
 
@@ -40,7 +44,9 @@ class Status(str, enum.Enum):
 
 
 #: Statuses that mean "the verifier could not judge", as opposed to "the answer is wrong".
-UNJUDGED = frozenset({Status.TIMEOUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR})
+UNJUDGED = frozenset(
+    {Status.TIMEOUT, Status.SANDBOX_ERROR, Status.BAD_REFERENCE, Status.INTERNAL_ERROR}
+)
 
 
 @dataclass

@@ -51,6 +51,30 @@ def setup(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world, local, dev)
 
 
+def check_mini_batches(groups_per_rank: int, mini_batches: int, world_size: int) -> None:
+    """Raise ValueError unless every rank runs the same number of forward passes per mini-batch.
+
+    Mini-batch k is the set of global groups g with g % mini_batches == k. Each rank holds a
+    contiguous block of `groups_per_rank` groups, so all ranks hold equally many groups of every
+    mini-batch exactly when `groups_per_rank` divides by `mini_batches` (or there is one rank).
+    Otherwise one rank runs a forward pass another does not, and FSDP2's all-gathers hang.
+    """
+    if groups_per_rank < mini_batches:
+        raise ValueError(f"mini_batches={mini_batches}: each process holds only {groups_per_rank} "
+                         "groups per step")
+    if world_size > 1 and groups_per_rank % mini_batches:
+        raise ValueError(
+            f"mini_batches={mini_batches}: each of the {world_size} processes holds "
+            f"{groups_per_rank} groups per step, which do not split evenly into {mini_batches} "
+            "mini-batches, so processes would run different numbers of forward passes (FSDP2 "
+            "hangs); choose a mini_batches that divides prompts_per_step / processes")
+
+
+def mini_batch_rows(group_of_row: torch.Tensor, mini_batches: int, index: int) -> torch.Tensor:
+    """Rows (of a rank's batch) in mini-batch `index`: those whose global group % mini_batches == index."""
+    return torch.nonzero(group_of_row % mini_batches == index).flatten()
+
+
 def teardown(info: DistInfo) -> None:
     """Destroy the process group if this module created one."""
     if info.enabled and dist.is_initialized():

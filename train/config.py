@@ -83,7 +83,7 @@ class Config:
     config: str | None = field(default=None, metadata={"help": "YAML file with field values (flags override it)"})
     output_dir: str = field(default="runs/gated_grpo", metadata={"help": "where metrics, checkpoints and the summary go"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, data order and init"})
-    steps: int = field(default=100, metadata={"help": "optimizer steps (each = one rollout batch)"})
+    steps: int = field(default=150, metadata={"help": "optimizer steps (each = one rollout batch)"})
     resume: bool = field(default=False, metadata={"help": "continue from the last complete checkpoint in output_dir"})
     checkpoint_interval: int = field(default=50, metadata={"help": "save every N steps (0: only at the end)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})

@@ -147,3 +147,65 @@ def evaluate(engine: Any, prompt_ids: list[list[int]], references: list[list[Any
     counts = gather_rows(counts, info)
     greedy_hits = gather_rows(hits, info).tolist() if greedy else None
     return EvalResult(samples, counts.tolist(), greedy_hits, time.perf_counter() - t0)
+
+
+def evaluate_model(model_dir: str, seed: int = 0, **config: Any) -> EvalResult:
+    """Evaluate a saved model on a config's held-out set, as the trainer does (CPU or GPU)."""
+    from .config import make_config
+    from .data import load_train_and_eval
+    from .distributed import setup
+    from .gated_grpo import (  # the trainer's own loading
+        _load_model,
+        _load_tokenizer,
+        _tokenize_prompts,
+    )
+    from .rewards import OutcomeRewarder
+    from .rollout import build_engine
+
+    cfg = make_config(model=model_dir, seed=seed, progress=False, **config)
+    info = setup(cfg.device)
+    tokenizer = _load_tokenizer(cfg.tokenizer or model_dir)
+    model = _load_model(model_dir, torch.float32, info.device)
+    _, eval_set = load_train_and_eval(cfg, tokenizer)
+    rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
+    refs = rewarder.references([p.record for p in eval_set])
+    ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
+    engine = build_engine(cfg, model, tokenizer, model_dir, info.device, info.enabled)
+    return evaluate(engine, ids, refs, rewarder, cfg.eval_samples or cfg.group_size, seed, info,
+                    cfg.eval_greedy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compare two models on the held-out set: accuracies with SEs and their paired difference."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("before", help="model directory (e.g. runs/warmstart)")
+    parser.add_argument("after", help="model directory (e.g. runs/gated_grpo/checkpoints/step-000150/model)")
+    parser.add_argument("--dataset", default=None, help="trainer dataset (default: the trainer's)")
+    parser.add_argument("--seed", type=int, default=0, help="evaluation seeds of both models")
+    parser.add_argument("--after-seed", type=int, default=None,
+                        help="also evaluate `after` with other seeds, to show what common random numbers save")
+    args = parser.parse_args(argv)
+    config = {"dataset": args.dataset} if args.dataset else {}
+    runs = {"before": evaluate_model(args.before, args.seed, **config),
+            "after": evaluate_model(args.after, args.seed, **config)}
+    if args.after_seed is not None:
+        runs["after, other seeds"] = evaluate_model(args.after, args.after_seed, **config)
+    before = runs["before"]
+    print(f"{before.prompts} prompts x {before.samples} samples at T=1, plus greedy; +- one standard error")
+    for name, r in runs.items():
+        p, g = r.pass_at_1(), r.greedy_accuracy()
+        line = f"  {name:<20} pass@1 {100 * p.mean:5.1f} +- {100 * p.se:.1f}"
+        print(line + (f" | greedy {100 * g.mean:5.1f} +- {100 * g.se:.1f}" if g else "") + f" | {r.seconds:.0f} s")
+    for name, r in list(runs.items())[1:]:
+        d = compare(before, r)
+        unpaired = math.hypot(before.pass_at_1().se, r.pass_at_1().se)
+        print(f"  {name} - before: pass@1 {100 * d['pass@1'].mean:+.1f} +- {100 * d['pass@1'].se:.1f} paired "
+              f"(+- {100 * unpaired:.1f} unpaired)"
+              + (f" | greedy {100 * d['greedy'].mean:+.1f} +- {100 * d['greedy'].se:.1f}" if d["greedy"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

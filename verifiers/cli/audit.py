@@ -37,6 +37,7 @@ from .jsonl_io import (
 from .runner import (
     LocalBackend,
     chunks,
+    close_verifier,
     count_lines,
     output_row,
     read_items,
@@ -506,7 +507,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         writer = JsonlWriter(examples_path)
     except OutputError:
-        _close(verifier)
+        close_verifier(verifier)
         raise
     references: dict[int, Any] = {}
     try:
@@ -518,7 +519,7 @@ def run_command(args: argparse.Namespace) -> int:
             reference_of = shown_reference
         report = audit_records(records, args.group_key, reference_of)
     finally:
-        _close(verifier)
+        close_verifier(verifier)
     messages.finish()
     print(report.table(args.input, args.show_groups))
     try:
@@ -533,9 +534,3 @@ def run_command(args: argparse.Namespace) -> int:
         messages.say(f"error: {messages.count} line(s) skipped (named above); the rest is audited")
         return EXIT_DATA
     return EXIT_OK
-
-
-def _close(verifier: Any) -> None:
-    close = getattr(verifier, "close", None)
-    if callable(close):
-        close()

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.result import VerifyResult
 from .jsonl_io import UsageError
-from .runner import Item, merge, pending, safe_verify_batch
+from .runner import Item, close_verifier, merge, pending, safe_verify_batch
 
 
 class _VerifierActor:
@@ -24,9 +24,7 @@ class _VerifierActor:
 
     def close(self) -> None:
         """Shut the verifier's own pool before the actor goes away."""
-        close = getattr(self.verifier, "close", None)
-        if callable(close):
-            close()
+        close_verifier(self.verifier)
 
 
 def _import_ray() -> Any:

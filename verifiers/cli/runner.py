@@ -171,9 +171,14 @@ class LocalBackend:
 
     def close(self) -> None:
         """Shut the verifier's worker pool if it has one."""
-        close = getattr(self.verifier, "close", None)
-        if callable(close):
-            close()
+        close_verifier(self.verifier)
+
+
+def close_verifier(verifier: Any) -> None:
+    """Call `verifier.close()` when it has one (worker pools, sandboxes); None is fine."""
+    close = getattr(verifier, "close", None)
+    if callable(close):
+        close()
 
 
 def chunks(items: Iterable[Item], size: int) -> Iterator[list[Item]]:

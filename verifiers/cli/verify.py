@@ -28,7 +28,15 @@ from .jsonl_io import (
     progress_bar,
     require_module,
 )
-from .runner import Backend, LocalBackend, RunNotices, count_lines, read_items, run_verify
+from .runner import (
+    Backend,
+    LocalBackend,
+    RunNotices,
+    close_verifier,
+    count_lines,
+    read_items,
+    run_verify,
+)
 
 PROG = "veristep verify"
 
@@ -220,18 +228,13 @@ def _build_backend(args: argparse.Namespace) -> tuple[Backend, Any]:
         try:
             backend = RayBackend(cls, actor_config, actors=args.workers, address=args.ray_address)
         except Exception as err:  # noqa: BLE001 - no cluster at that address, Ray cannot start
-            _close(local)
+            close_verifier(local)
             raise UsageError(f"cannot start the Ray backend: {type(err).__name__}: {err}") from None
         return backend, local
     cls, config = verifier_from_args(args.kind, args.config, args.workers)
     verifier = build(cls, config)
     return LocalBackend(verifier), verifier
 
-
-def _close(verifier: Any) -> None:
-    close = getattr(verifier, "close", None)
-    if callable(close):
-        close()
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -256,7 +259,7 @@ def run_command(args: argparse.Namespace) -> int:
             progress.close()
         backend.close()
         if verifier is not getattr(backend, "verifier", None):
-            _close(verifier)
+            close_verifier(verifier)
     messages.finish()
     print(summary.table(), file=sys.stderr)
     if summary.error:
@@ -284,4 +287,3 @@ def _progress_bar(path: str, limit: int | None, batch_size: int) -> Any:
     if total is not None and total <= batch_size:
         return None
     return progress_bar(total)
-

@@ -41,8 +41,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if (
             action.help == argparse.SUPPRESS
             or "default" in text.lower()
-            or action.default in (None, False, argparse.SUPPRESS)
-            or isinstance(action.default, bool) and action.nargs == 0
+            or action.default is None
+            or action.default is False  # a flag: off unless given (0 still shows)
+            or action.default == argparse.SUPPRESS
             or (not action.option_strings and action.nargs not in ("?", "*"))
         ):
             return action.help

@@ -31,6 +31,7 @@ def test_bare_veristep_prints_help_and_exits_0():
         (["audit"], ["(default: prompt_id)", "(default: 20)", "INPUT.audit.jsonl"]),
         (["prm", "score"], ["(default: prompt)", "(default: -)"]),
         (["prm", "calibrate"], ["(default: 1000)", "(default: 0.3)", "(default: min)",
+                                "the dev split (default: 0)",
                                 "pip install 'veristep[plot]'"]),
     ],
 )

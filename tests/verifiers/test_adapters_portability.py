@@ -55,16 +55,6 @@ def test_entry_points_and_reward_objects_pickle_both_ways(loaded):
     scorer.close()
 
 
-def _score_in_child(fn, case):
-    text, truth, _ = case
-    return fn("openai/gsm8k", text, truth)["score"]
-
-
-def _trl_in_child(fn, case):
-    text, truth, _ = case
-    return fn([text], answer=[truth])[0]
-
-
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_work_from_a_process_pool_the_caller_starts(method):
     if method not in multiprocessing.get_all_start_methods():
@@ -72,10 +62,18 @@ def test_work_from_a_process_pool_the_caller_starts(method):
     by_path = _load_by_path()
     trl = adapters.trl_reward_func("math")
     ctx = multiprocessing.get_context(method)
+    # only the adapters' own objects travel: a spawned child cannot import this test module
     with cf.ProcessPoolExecutor(2, mp_context=ctx) as pool:
-        scores = list(pool.map(_score_in_child, [by_path.compute_score] * 3, MATH_CASES))
-        rewards = list(pool.map(_trl_in_child, [trl] * 3, MATH_CASES))
+        verl = [pool.submit(by_path.compute_score, "openai/gsm8k", text, truth) for text, truth, _ in MATH_CASES]
+        trl_rewards = [pool.submit(trl, [text], answer=[truth]) for text, truth, _ in MATH_CASES]
+        scores = [f.result(timeout=300)["score"] for f in verl]
+        rewards = [f.result(timeout=300)[0] for f in trl_rewards]
     assert scores == rewards == [c[2] for c in MATH_CASES]
+
+
+def _score_in_child(fn, case):
+    text, truth, _ = case
+    return fn("openai/gsm8k", text, truth)["score"]
 
 
 def test_work_from_a_daemonic_multiprocessing_pool():

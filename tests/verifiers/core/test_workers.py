@@ -158,7 +158,7 @@ def test_forked_workers_hold_no_inherited_descriptors(pool: WorkerPool) -> None:
     """A worker keeping another thread's pipe open made Popen wait forever (issue 20)."""
     read_end, write_end = os.pipe()  # stands for a Popen status pipe open while the pool forks
     try:
-        pool.run_chunks([(1, [1, 2])], limit=5.0)
+        pool.run_chunks([(1, [1]), (1, [2])], limit=5.0)  # both workers answer: both started up
         for pid in pool.worker_pids():
             targets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
             mine = {os.readlink(f"/proc/self/fd/{fd}") for fd in (read_end, write_end)}

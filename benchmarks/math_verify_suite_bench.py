@@ -18,7 +18,7 @@ Reported separately, decided by running Math-Verify, not by hand:
 
 Throughput: both checkers over all cases at 1 and 2 workers (Math-Verify: in-process, then a
 fork pool; veristep: worker processes, plus its caller's in-process fast path), timed by
-benchmarks/math_bench_common.py: fresh interpreters, a cold and a warm pass, interleaved
+benchmarks/_math_bench_common.py: fresh interpreters, a cold and a warm pass, interleaved
 repeats, median. Timings on a shared machine: read the ratios.
 
     python benchmarks/math_verify_suite_bench.py
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from math_bench_common import (
+from _math_bench_common import (
     measure,
     print_throughput,
     print_times,

@@ -4,13 +4,15 @@ Each timed run happens in a fresh interpreter (the calling script re-runs itself
 `--one-run TOOL WORKERS`), so neither checker inherits the other's warm parser caches: sympy's
 and the LaTeX parser's caches grow with use and change timings severalfold. A run makes two
 passes over the same items on the same workers: a cold pass (pool start-up included) and a warm
-one, as a training job that keeps its workers sees.
+one, as a training job that keeps its workers sees. Wall time depends on the machine's load;
+the CPU seconds each run used (the interpreter and its workers) do not, so both are reported.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,11 +66,16 @@ def veristep_passes(
     return times, results
 
 
-def fresh_run(script: str, args: Sequence[str], tool: str, workers: int) -> list[float]:
-    """[cold, warm] seconds of one tool in a fresh interpreter running `script --one-run`."""
+def fresh_run(script: str, args: Sequence[str], tool: str, workers: int) -> tuple[list[float], float]:
+    """[cold, warm] wall seconds of one tool in a fresh interpreter running `script --one-run`,
+    and the CPU seconds that interpreter and its worker processes used in all (both tools'
+    imports included, the same for both)."""
     cmd = [sys.executable, script, *args, "--one-run", tool, str(workers)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return [float(x) for x in out.strip().splitlines()[-1].split()]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return [float(x) for x in out.strip().splitlines()[-1].split()], cpu
 
 
 def print_times(times: Sequence[float]) -> None:
@@ -80,10 +87,13 @@ def measure(script: str, args: Sequence[str], workers: Sequence[int], repeats: i
     """Interleaved fresh-interpreter runs of both tools; medians, ratios and load average."""
     timings: dict[str, list[float]] = {}
     load_before = os.getloadavg()
+    cpu: dict[str, list[float]] = {}
     for _ in range(repeats):
         for n in workers:
             for tool in TOOLS:
-                for phase, seconds in zip(PHASES, fresh_run(script, args, tool, n), strict=True):
+                walls, cpu_s = fresh_run(script, args, tool, n)
+                cpu.setdefault(f"{tool}/{n}", []).append(cpu_s)
+                for phase, seconds in zip(PHASES, walls, strict=True):
                     timings.setdefault(f"{tool}/{n}/{phase}", []).append(seconds)
     load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in timings.items()}
@@ -94,6 +104,7 @@ def measure(script: str, args: Sequence[str], workers: Sequence[int], repeats: i
         vs = min((k for k in med if k.startswith("veristep/") and k.endswith(phase)), key=med.__getitem__)
         best[phase] = {"math_verify": mv, "veristep": vs, "ratio": med[mv] / med[vs]}
     return {"timings_s": timings, "median_s": med, "ratios_math_verify_over_veristep": ratios, "best": best,
+            "cpu_s": cpu, "median_cpu_s": {k: statistics.median(v) for k, v in cpu.items()},
             "repeats": repeats, "load_average_before": load_before, "load_average_after": load_after}
 
 
@@ -110,3 +121,8 @@ def print_throughput(result: dict[str, Any], n_items: int, workers: Sequence[int
         b = result["best"][phase]
         print(f"  {phase:5} {'best':>7} {n_items / med[b['math_verify']]:15.1f} {n_items / med[b['veristep']]:12.1f} "
               f"{b['ratio']:6.2f}x   ({b['math_verify']} vs {b['veristep']})")
+    cpu = result["median_cpu_s"]
+    print("  CPU seconds per run (fresh interpreter, both passes, imports included; load-independent):")
+    for n in workers:
+        mv, vs = cpu[f"math-verify/{n}"], cpu[f"veristep/{n}"]
+        print(f"  {'cpu':5} {n:7d} {mv:14.1f}s {vs:11.1f}s {mv / vs:6.2f}x")

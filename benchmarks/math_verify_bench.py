@@ -32,13 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from _math_bench_common import (
-    measure,
-    print_throughput,
-    print_times,
-    time_in_process_or_pool,
-    veristep_passes,
-)
+import _math_bench_common as timing
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "math500_test.jsonl"
@@ -226,11 +220,11 @@ def _one_run(args: argparse.Namespace, tool: str, workers: int) -> None:
     items = build_items(args.problems, args.adversarial, args.seed)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     if tool == "math-verify":
-        times = time_in_process_or_pool(lambda i: mv_verdict(items[i]), len(items), workers, passes=2)
+        times = timing.time_in_process_or_pool(lambda i: mv_verdict(items[i]), len(items), workers, passes=2)
     else:
-        times = veristep_passes([it.completion for it in items], [it.answer for it in items], workers, 2,
+        times = timing.veristep_passes([it.completion for it in items], [it.answer for it in items], workers, 2,
                                 timeout=args.timeout)[0]
-    print_times(times)
+    timing.print_times(times)
 
 
 def single_call_latency(items: list[Item], workers: int, timeout: float) -> dict[str, float]:
@@ -270,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     items = build_items(args.problems, args.adversarial, args.seed)
     kinds = Counter(it.kind for it in items)
     print(f"{len(items)} items: {dict(kinds)}", file=sys.stderr)
-    _, results = veristep_passes([it.completion for it in items], [it.answer for it in items], max(args.workers), 1,
+    _, results = timing.veristep_passes([it.completion for it in items], [it.answer for it in items], max(args.workers), 1,
                                  timeout=args.timeout)
     verdicts = {"veristep": [r.correct for r in results], "math_verify": [mv_verdict(it) for it in items]}
     categories = per_category(items, verdicts)
@@ -287,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     passthrough = ["--problems", str(args.problems), "--adversarial", str(args.adversarial), "--seed", str(args.seed),
                    "--timeout", str(args.timeout)]
-    timing = measure(__file__, passthrough, args.workers, args.repeats)
-    print_throughput(timing, len(items), args.workers)
+    speed = timing.measure(__file__, passthrough, args.workers, args.repeats)
+    timing.print_throughput(speed, len(items), args.workers)
     latency = None
     if args.single_calls > 0:
         step = max(1, len(items) // args.single_calls)
@@ -309,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "items": len(items), "kinds": dict(kinds),
         "accuracy": totals, "false_positives": fps, "per_category": categories,
         "veristep_statuses": dict(statuses), "decided_in_caller": in_process,
-        "throughput": timing, "single_call_latency": latency,
+        "throughput": speed, "single_call_latency": latency,
         "disagreements": disagreements[:200],
     }, indent=2))
     print(f"wrote {args.output}", file=sys.stderr)

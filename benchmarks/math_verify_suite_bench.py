@@ -45,13 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _math_bench_common import (
-    measure,
-    print_throughput,
-    print_times,
-    time_in_process_or_pool,
-    veristep_passes,
-)
+import _math_bench_common as timing
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "math_verify_suite_bench.json"
@@ -185,10 +179,10 @@ def _one_run(sdist: Path, tool: str, workers: int) -> None:
 
     cases = load_cases(sdist)
     if tool == "math-verify":
-        times = time_in_process_or_pool(lambda i: mv_agrees(cases[i]), len(cases), workers, passes=2)
+        times = timing.time_in_process_or_pool(lambda i: mv_agrees(cases[i]), len(cases), workers, passes=2)
     else:
-        times = veristep_passes([c.pred for c in cases], [c.gold for c in cases], workers, passes=2)[0]
-    print_times(times)
+        times = timing.veristep_passes([c.pred for c in cases], [c.gold for c in cases], workers, passes=2)[0]
+    timing.print_times(times)
 
 
 def agreement_rows(cases: list[Case], vs_ok: list[bool], mv_ok: list[bool]) -> list[dict[str, Any]]:
@@ -220,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         cases = load_cases(sdist)
         mv_ok = [mv_agrees(c) for c in cases]
         flag_cases(cases, mv_ok)
-        results = veristep_passes([c.pred for c in cases], [c.gold for c in cases], max(args.workers), 1)[1]
+        results = timing.veristep_passes([c.pred for c in cases], [c.gold for c in cases], max(args.workers), 1)[1]
         vs_ok = [r.correct == c.expected for r, c in zip(results, cases, strict=True)]
 
-        timing = measure(__file__, ["--sdist", str(sdist)], args.workers, args.repeats)
+        speed = timing.measure(__file__, ["--sdist", str(sdist)], args.workers, args.repeats)
 
     n = len(cases)
     rounding = [i for i, c in enumerate(cases) if "rounding" in c.flags]
@@ -256,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {c.id} [{', '.join(c.flags) or '-'}] expected {int(c.expected)}: {r.status.value}, "
                   f"extracted {r.extracted!r}")
     print()
-    print_throughput(timing, n, args.workers, unit="cases")
+    timing.print_throughput(speed, n, args.workers, unit="cases")
 
     status_counts = Counter(r.status.value for r in results)
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -276,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "veristep_false_positives": [cases[i].id for i in fps],
         "per_table": agreement_rows(cases, vs_ok, mv_ok),
         "veristep_statuses": dict(status_counts),
-        "throughput": timing,
+        "throughput": speed,
         "rows": [{"id": c.id, "gold": c.gold, "pred": c.pred, "expected": c.expected, "flags": c.flags,
                   "math_verify_agrees": mv_ok[i], "veristep_agrees": vs_ok[i], "status": results[i].status.value,
                   "extracted": results[i].extracted, "detail": results[i].detail}

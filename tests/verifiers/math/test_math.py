@@ -96,10 +96,13 @@ def test_result_fields(verifier: MathVerifier) -> None:
 
 def test_math500_reference_solutions_verify(verifier: MathVerifier) -> None:
     rows = _rows("math500_test.jsonl")
-    results = verifier.verify_batch([r["solution"] for r in rows], [r["answer"] for r in rows])
-    failed = [(r["unique_id"], res.status.value, res.extracted, r["answer"])
-              for r, res in zip(rows, results, strict=True) if not res.correct]
-    assert not failed, failed
+    answers = [r["answer"] for r in rows]
+    # each solution, each answer field as a bare completion, and each boxed answer against its answer
+    for completions in ([r["solution"] for r in rows], answers, [f"So $\\boxed{{{a}}}$." for a in answers]):
+        results = verifier.verify_batch(completions, answers)
+        failed = [(r["unique_id"], res.status.value, res.extracted, r["answer"])
+                  for r, res in zip(rows, results, strict=True) if not res.correct]
+        assert not failed, failed
 
 
 @pytest.mark.parametrize("n", [200, pytest.param(500, marks=pytest.mark.slow)])

@@ -321,7 +321,8 @@ def _reference_record(
     record: dict[str, Any] = dict(extra_info or {})
     if kind == "math":  # the answer text as is: "[1, 2]" is an interval, not JSON
         raw = ground_truth.decode() if isinstance(ground_truth, bytes) else ground_truth
-        record["answer"] = raw if isinstance(raw, str) else str(_decode(raw))
+        # None stays None so the verifier reports bad_reference, not a wrong answer to "None".
+        record["answer"] = raw if raw is None or isinstance(raw, str) else str(_decode(raw))
         return record
     truth = _decode(ground_truth)
     record["ground_truth"] = truth

@@ -189,6 +189,10 @@ def test_verl_math():
     wrong = compute_score("lighteval/MATH", "$\\boxed{\\frac{1}{3}}$", "\\frac{1}{2}")
     assert right["score"] == 1.0 and right["acc"] is True and right["pred"]
     assert wrong["score"] == 0.0 and wrong["status"] == "wrong"
+    # Unusable ground truths are unjudged, never a silent wrong answer (None is not "None").
+    for truth in (None, "", "   "):
+        missing = compute_score("openai/gsm8k", "$\\boxed{18}$", truth)
+        assert missing["status"] == "bad_reference" and missing["judged"] is False, truth
 
 
 def test_trl_math():

@@ -425,10 +425,13 @@ def _completion_usage(folders, budget):
 
 
 def _proportional(pid, resident):
-    """Proportional anonymous + shared resident bytes of `pid` (its resident size if unreadable)."""
+    """Proportional anonymous + shared resident bytes of `pid`: 0 once it has exited, its
+    resident size when it hides its memory map (a program can make itself non-dumpable)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
             text = fh.read()
+    except (ProcessLookupError, FileNotFoundError):
+        return 0  # exiting: its memory is being freed
     except OSError:
         return resident
     size = None

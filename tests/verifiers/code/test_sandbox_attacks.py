@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -191,8 +192,8 @@ def test_root_shadow_and_host_tmp_are_unreadable(attack):
 def test_host_processes_are_invisible_and_unsignalable(attack):
     marker = f"veristep-victim-{secrets.token_hex(6)}"
     identity = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
-    victim = subprocess.Popen(
-        ["/bin/sh", "-c", "sleep 120; :", marker], **identity
+    victim = subprocess.Popen(  # its own group: the finally below kills the sleep as well
+        ["/bin/sh", "-c", "sleep 120; :", marker], start_new_session=True, **identity
     )
     code = """
         import os, signal
@@ -221,7 +222,7 @@ def test_host_processes_are_invisible_and_unsignalable(attack):
         result = attack(code, _leak_test(marker))
         assert victim.poll() is None, "the sandboxed program killed a host process"
     finally:
-        victim.kill()
+        os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
     assert result.reward == 0.0
 

@@ -259,10 +259,10 @@ def test_a_sandbox_start_does_not_hang_while_another_thread_forks(code_verifier)
         while not stop.is_set():
             pid = os.fork()
             if pid == 0:
-                time.sleep(5)
+                time.sleep(8)
                 os._exit(0)
             threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
-            time.sleep(0.001)
+            time.sleep(0.003)
 
     def start_once(times: list[float]) -> None:
         t0 = time.monotonic()
@@ -282,7 +282,7 @@ def test_a_sandbox_start_does_not_hang_while_another_thread_forks(code_verifier)
         stop.set()
         forker.join()
         sandbox.close()
-    assert len(times) == 20 and max(times) < 4.5, times
+    assert len(times) == 20 and max(times) < 6.0, times  # a hang lasts the 8 s of a child
 
 
 def test_a_forked_copy_of_the_caller_starts_its_own_sandbox(make_code_verifier):

@@ -543,10 +543,10 @@ def _launch_plan(
         })  # fmt: skip
         if level is Isolation.BWRAP:
             bwrap = _bwrap_argv(python, drop, env, seccomp_fd=3 if filters else None)
-            return _as_user(bwrap + supervisor, drop), init, sandbox_filter
+            return _launched(bwrap + supervisor, drop), init, sandbox_filter
         init["confine"] = {"workroot": SANDBOX_WORKDIR, "binds": _interpreter_binds(python)}
         init["sandbox_filter"] = sandbox_filter
-        return _as_user(_UNSHARE + supervisor, drop), init, None
+        return _launched(_UNSHARE + supervisor, drop), init, None
     hostdir = tempfile.mkdtemp(prefix="veristep-sandbox-")
     work, tmp = os.path.join(hostdir, "work"), os.path.join(hostdir, "tmp")
     for folder in (work, tmp):
@@ -558,26 +558,33 @@ def _launch_plan(
         process._hostdir = hostdir
     env = dict(_ENV, HOME=work, TMPDIR=tmp)
     init.update({"workroot": work, "scratch": [tmp], "env": env, "sandbox_filter": sandbox_filter})
-    return _as_user(supervisor, drop), init, None
+    return _launched(supervisor, drop), init, None
 
 
-def _as_user(command: list[str], drop: bool) -> list[str]:
-    """`command`, run as uid 65534 when `drop`."""
-    return _drop_to_sandbox_user(command) if drop else command
+# Run by this process's own interpreter in front of the sandbox: become uid 65534 (when asked),
+# die with the thread that started us (the parent-death signal survives the exec that
+# follows), then exec the sandbox. Nothing is imported after the uid switch: the interpreter's
+# own files may be unreadable to uid 65534.
+_LAUNCHER = f"""\
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+parent, drop = int(sys.argv[1]), sys.argv[2] == "1"
+if drop:
+    os.setgroups([])
+    os.setresgid({SANDBOX_GID}, {SANDBOX_GID}, {SANDBOX_GID})
+    os.setresuid({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID})
+libc.prctl(1, 9, 0, 0, 0)
+if os.getppid() != parent:
+    os._exit(1)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
 
 
-def _drop_to_sandbox_user(command: list[str]) -> list[str]:
-    """`command` run as uid/gid 65534 without groups, through this process's own interpreter
-    (no dependency; paid once per sandbox start). Nothing is imported after the switch: the
-    interpreter's own files may be unreadable to uid 65534."""
-    code = (
-        "import os, sys\n"
-        f"os.setgroups([]); os.setresgid({SANDBOX_GID}, {SANDBOX_GID}, {SANDBOX_GID})\n"
-        f"os.setresuid({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID})\n"
-        "os.execv(sys.argv[1], sys.argv[1:])\n"
-    )
-    return [sys.executable, "-I", "-S", "-c", code, shutil.which(command[0]) or command[0],
-            *command[1:]]
+def _launched(command: list[str], drop: bool) -> list[str]:
+    """`command` behind the launcher: as uid 65534 when `drop`, killed when our thread dies
+    (PR_SET_PDEATHSIG: `unshare` has no --die-with-parent of its own)."""
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), "1" if drop else "0",
+            shutil.which(command[0]) or command[0], *command[1:]]
 
 
 def _bwrap_argv(python: str, drop: bool, env: dict[str, str], seccomp_fd: int | None) -> list[str]:
@@ -686,8 +693,9 @@ def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | No
 def _spawn(argv: list[str], seccomp_filter: bytes | None) -> tuple[int, int, int, int]:
     """posix_spawn `argv` in a new session with pipes on 0-2 and the filter on fd 3.
 
-    No fork of this (possibly large, threaded) process and no exec-status pipe that a fork
-    in another thread could inherit and hold open: the launch cannot hang that way.
+    No fork of this (possibly large, threaded) process, no exec-status pipe, and the filter in
+    a memory file rather than a pipe (bubblewrap reads it to its end): nothing the launch waits
+    for can be held open by a process another thread forks meanwhile.
     """
     opened: list[int] = []
 
@@ -704,11 +712,10 @@ def _spawn(argv: list[str], seccomp_filter: bytes | None) -> tuple[int, int, int
         actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                    (os.POSIX_SPAWN_DUP2, err_w, 2)]
         if seccomp_filter is not None:
-            f_r, f_w = (high(fd) for fd in os.pipe())
-            os.write(f_w, seccomp_filter)  # < 1 KiB: fits the pipe buffer
-            os.close(f_w)
-            opened.remove(f_w)
-            actions.append((os.POSIX_SPAWN_DUP2, f_r, 3))
+            filter_fd = high(os.memfd_create("veristep-seccomp", os.MFD_CLOEXEC))
+            os.write(filter_fd, seccomp_filter)
+            os.lseek(filter_fd, 0, os.SEEK_SET)
+            actions.append((os.POSIX_SPAWN_DUP2, filter_fd, 3))
         path = shutil.which(argv[0]) or argv[0]
         pid = os.posix_spawn(path, argv, dict(_ENV), file_actions=actions, setsid=True)
     except BaseException:

@@ -42,11 +42,12 @@ def make_code_verifier() -> Callable[..., object]:
 @pytest.fixture
 def sandbox_processes() -> Callable[..., list[int]]:
     """Return a function listing host pids of live processes started by sandboxed programs
-    (everything in a sandbox but its launcher, its zygote and a completion's PID 1), or of
+    (everything in a sandbox but its launchers, its zygote and a completion's PID 1), or of
     processes whose command line holds one of the extra byte markers."""
-    from veristep.verifiers.code.sandbox import _SUPERVISOR_SOURCE
+    from veristep.verifiers.code.sandbox import _LAUNCHER, _SUPERVISOR_SOURCE
 
     marker = _SUPERVISOR_SOURCE.encode()[:200]
+    launcher_code = _LAUNCHER.encode()
 
     def live(*extra: bytes) -> list[int]:
         found = []
@@ -65,7 +66,8 @@ def sandbox_processes() -> Callable[..., list[int]]:
             if any(m in cmdline for m in extra):
                 found.append(int(name))
                 continue
-            launcher = os.path.basename(cmdline.split(b"\0", 1)[0]) in (b"bwrap", b"unshare")
+            launcher = launcher_code in cmdline or os.path.basename(
+                cmdline.split(b"\0", 1)[0]) in (b"bwrap", b"unshare")
             supervisor = (
                 status.get("NSpid", "").split()[-1:] == ["1"]  # PID 1 of its namespace
                 or int(status.get("PPid", "0")) == os.getpid()  # rlimits-only: our child

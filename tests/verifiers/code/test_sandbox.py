@@ -160,7 +160,11 @@ def test_each_completion_gets_a_fresh_container_in_the_threads_sandbox(make_code
         results = verifier.verify_batch([look] * 4, [{"tests": [{"stdout": "['main.py'] False [1, 2]"}]}] * 4)
         assert all(r.correct for r in results)
     assert sandbox_processes() == []
-    assert set(_all_sandbox_pids()) <= before  # close() stopped this verifier's sandboxes
+    # close() stopped this verifier's sandboxes (their last processes may take a moment to go).
+    deadline = time.monotonic() + 10
+    while not set(_all_sandbox_pids()) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_all_sandbox_pids()) <= before
 
 
 def _all_sandbox_pids() -> list[int]:

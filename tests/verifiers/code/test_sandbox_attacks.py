@@ -799,7 +799,7 @@ def test_function_tests_cannot_be_faked(attack, code_verifier):
 def test_a_new_completion_gets_a_fresh_pid_namespace(attack):
     forker = """
         import os
-        for _ in range(300):
+        for _ in range(100):
             pid = os.fork()
             if pid == 0:
                 os._exit(0)

@@ -38,6 +38,7 @@ import sys
 import time
 
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 4, 38, 22, 2
+_PR_SET_CHILD_SUBREAPER = 36
 _COMPILE_ERROR_EXIT = 102  # also stated in the report; mirrored in verifiers/code/verifier.py
 _STDERR_KEEP = 4096
 _WATCH_INTERVAL_S = 0.01  # how often the watchdog samples a running step
@@ -202,6 +203,8 @@ def _container_main(init, done_w):
         else:  # rlimits-only: no namespaces; the host folders, emptied
             for folder in init["scratch"] + [init["workroot"]]:
                 _clear_folder(folder)
+            # Orphaned processes come to us, so that their zombies are ours to reap.
+            _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         _set_dumpable(False)
         supervisor = Supervisor(init)
     except Exception as err:  # noqa: BLE001 - reported to the host, which discards the sandbox
@@ -329,13 +332,16 @@ class Supervisor:
 
     # ---- hygiene between the steps of one completion -------------------------------------
     def kill_all(self, pid=None):
-        """Kill every process this completion left (all but us when we are PID 1)."""
-        if pid is not None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        """Kill every process this completion left (all but us when we are PID 1; without a
+        PID namespace, the step's process group, until it is empty)."""
         if not self.is_pid1:
+            for _ in range(1000 if pid is not None else 0):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    break  # the group is gone
+                _reap_all()
+                time.sleep(0.001)
             _reap_all()
             return
         # Kill until none is left: a fork bomb may be mid-fork while the first kill goes out.

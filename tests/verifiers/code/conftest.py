@@ -68,12 +68,22 @@ def sandbox_processes() -> Callable[..., list[int]]:
                 continue
             launcher = launcher_code in cmdline or os.path.basename(
                 cmdline.split(b"\0", 1)[0]) in (b"bwrap", b"unshare")
+            parent = int(status.get("PPid", "0"))
             supervisor = (
                 status.get("NSpid", "").split()[-1:] == ["1"]  # PID 1 of its namespace
-                or int(status.get("PPid", "0")) == os.getpid()  # rlimits-only: our child
+                or parent == os.getpid()  # rlimits-only: the zygote is our child,
+                or _parent_of(parent) == os.getpid()  # and a completion's container its
             )
             if marker in cmdline and not launcher and not supervisor:
                 found.append(int(name))
         return found
 
     return live
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0

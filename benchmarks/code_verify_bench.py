@@ -1,15 +1,17 @@
 """Throughput of code verification: bare subprocess vs in-process exec vs veristep's sandbox.
 
 The same generated Python programs (correct, wrong, crashing, timing out) and stdin/stdout
-tests run three ways, each with the same number of parallel workers:
+tests run four ways, each with the same number of parallel workers:
 
   (a) subprocess: `subprocess.run([python, "-I", file])` per test, no isolation;
   (b) exec:       `exec` in a worker process per program with redirected stdio and an alarm,
                   as most open graders do (no isolation at all, not even a process per test);
-  (c) veristep:   `CodeVerifier.verify_batch` (one sandbox per program, one fresh process
-                  per test) at the best isolation level available.
+  (c) veristep:   `CodeVerifier.verify_batch` (a fresh container per program, one fresh
+                  process per test) at the best isolation level available, every test run;
+  (d) veristep-default: the same with the default fail-fast (a program stops at its first
+                  failing test, so fewer tests run and pass).
 
-All three use the interpreter the sandbox uses, and the same output comparison. Prints a table
+All of them use the interpreter the sandbox uses, and the same output comparison. Prints a table
 (programs/s, tests/s, ratio to (a)) and writes it to benchmarks/results/code_verify_bench.json.
 
     python benchmarks/code_verify_bench.py --programs 240 --tests 5
@@ -24,13 +26,16 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from veristep.verifiers.code import CodeVerifier, outputs_match
 
@@ -204,7 +209,7 @@ def _exec_program(args: tuple[Program, float]) -> int:
 # ---- driver -------------------------------------------------------------------------------------
 @dataclass
 class Row:
-    """One method's throughput on the program set."""
+    """One method's throughput on the program set, with its per-round ratio to (a)."""
 
     method: str
     isolation: str
@@ -212,20 +217,22 @@ class Row:
     programs_per_s: float
     tests_per_s: float
     ratio_to_subprocess: float
+    ratio_median: float
+    ratio_min: float
+    ratio_max: float
     tests_passed: int
 
 
 def run_methods(programs: list[Program], workers: int, timeout: float,
-                verifier: CodeVerifier, rounds: int) -> list[Row]:
-    """Time the three methods on `programs`; returns one row per method.
+                verifiers: dict[str, CodeVerifier], rounds: int) -> list[Row]:
+    """Time every method on `programs`; returns one row per method.
 
     The programs are cut into `rounds` slices and the methods take turns on each slice, in a
-    rotating order, so that load changes on a shared machine hit every method alike.
+    rotating order, so that load changes on a shared machine hit every method alike; the
+    ratio to (a) is reported for the whole run and per slice (median and range).
     """
     n_tests = sum(len(p.tests) for p in programs)
-    python = verifier.sandbox.python
-    seconds = {"subprocess": 0.0, "exec": 0.0, "veristep": 0.0}
-    passed = dict.fromkeys(seconds, 0)
+    python = next(iter(verifiers.values())).sandbox.python
     with ThreadPoolExecutor(workers) as threads, ProcessPoolExecutor(workers) as processes:
         list(processes.map(_exec_program, [(programs[0], timeout)] * workers))  # warm up
 
@@ -235,27 +242,39 @@ def run_methods(programs: list[Program], workers: int, timeout: float,
         def by_exec(chunk: list[Program]) -> int:
             return sum(processes.map(_exec_program, [(p, timeout) for p in chunk]))
 
-        def by_veristep(chunk: list[Program]) -> int:
-            verdicts = verifier.verify_batch(
-                [p.code for p in chunk],
-                [{"tests": [{"stdin": i, "stdout": o} for i, o in p.tests]} for p in chunk],
-            )
-            return sum(v.extra["passed"] for v in verdicts)
+        def by_verifier(verifier: CodeVerifier) -> Callable[[list[Program]], int]:
+            def run(chunk: list[Program]) -> int:
+                verdicts = verifier.verify_batch(
+                    [p.code for p in chunk],
+                    [{"tests": [{"stdin": i, "stdout": o} for i, o in p.tests]} for p in chunk],
+                )
+                return sum(v.extra["passed"] for v in verdicts)
 
-        methods = [("subprocess", by_subprocess), ("exec", by_exec), ("veristep", by_veristep)]
+            return run
+
+        methods = [("subprocess", by_subprocess), ("exec", by_exec)] + [
+            (name, by_verifier(v)) for name, v in verifiers.items()
+        ]
+        seconds = {name: [0.0] * rounds for name, _ in methods}
+        passed = {name: 0 for name, _ in methods}
         for r in range(rounds):
             chunk = programs[r::rounds]
-            for name, run in methods[r % 3:] + methods[: r % 3]:
+            shift = r % len(methods)
+            for name, run in methods[shift:] + methods[:shift]:
                 t0 = time.perf_counter()
                 passed[name] += run(chunk)
-                seconds[name] += time.perf_counter() - t0
+                seconds[name][r] = time.perf_counter() - t0
     base = seconds["subprocess"]
-    isolation = {"subprocess": "none", "exec": "none", "veristep": verifier.isolation.value}
-    return [
-        Row(name, isolation[name], round(sec, 3), round(len(programs) / sec, 1),
-            round(n_tests / sec, 1), round(base / sec, 2), passed[name])
-        for name, sec in seconds.items()
-    ]
+    rows = []
+    for name, per_round in seconds.items():
+        total = sum(per_round)
+        ratios = [b / s for b, s in zip(base, per_round, strict=True) if s > 0]
+        isolation = verifiers[name].sandbox.description if name in verifiers else "none"
+        rows.append(Row(name, isolation, round(total, 3), round(len(programs) / total, 1),
+                        round(n_tests / total, 1), round(sum(base) / total, 2),
+                        round(statistics.median(ratios), 2), round(min(ratios), 2),
+                        round(max(ratios), 2), passed[name]))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,36 +291,48 @@ def main(argv: list[str] | None = None) -> int:
                         help="slices the methods take turns on (evens out machine load)")
     parser.add_argument("--isolation", choices=["bwrap", "namespaces", "rlimits-only"],
                         help="isolation level for veristep (default: the best available)")
-    parser.add_argument("--sandbox-reuse", type=int, default=256,
-                        help="completions per sandbox (1: a fresh sandbox per program)")
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "code_verify_bench.json")
     args = parser.parse_args(argv)
 
-    verifier = CodeVerifier(workers=args.workers, timeout=args.timeout,
-                            isolation=args.isolation, allow_unsandboxed=args.allow_unsandboxed,
-                            sandbox_reuse=args.sandbox_reuse)
+    common = {"workers": args.workers, "timeout": args.timeout, "isolation": args.isolation,
+              "allow_unsandboxed": args.allow_unsandboxed}
+    # "veristep": every test of every program, the same work as (a) and (b); "veristep-default":
+    # the default, which stops a program at its first failing test.
+    verifiers = {"veristep": CodeVerifier(stop_on_first_failure=False, **common),
+                 "veristep-default": CodeVerifier(**common)}
     sets = {
         "mixed": generate_programs(args.programs, args.tests, args.timeout_share, args.seed),
         "no-timeouts": generate_programs(args.programs, args.tests, 0.0, args.seed),
     }
-    verifier.verify_batch(["print(1)"] * args.workers, [{"tests": [{"stdout": "1"}]}] * args.workers)
-    report = {"config": {k: str(v) for k, v in vars(args).items()},
-              "python": verifier.sandbox.python, "sets": {}}
-    print(f"{'set':<12} {'method':<11} {'isolation':<13} {'seconds':>8} {'prog/s':>8} "
-          f"{'tests/s':>8} {'x subproc':>9} {'passed':>7}")
+    for verifier in verifiers.values():  # start every worker's sandbox before timing
+        verifier.verify_batch(["print(1)"] * args.workers,
+                              [{"tests": [{"stdout": "1"}]}] * args.workers)
+    load_before = os.getloadavg()
+    report: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()},
+                              "python": verifiers["veristep"].sandbox.python, "sets": {}}
+    print(f"{'set':<12} {'method':<17} {'isolation':<14} {'seconds':>8} {'tests/s':>8} "
+          f"{'x subproc':>9} {'median [range] per round':>26} {'passed':>7}")
     for name, programs in sets.items():
         kinds = {k: sum(p.kind == k for p in programs) for k in
                  ("correct", "wrong", "crash", "timeout")}
-        rows = run_methods(programs, args.workers, args.timeout, verifier, args.rounds)
+        rows = run_methods(programs, args.workers, args.timeout, verifiers, args.rounds)
         report["sets"][name] = {"programs": len(programs), "kinds": kinds,
                                 "rows": [asdict(r) for r in rows]}
         for r in rows:
-            print(f"{name:<12} {r.method:<11} {r.isolation:<13} {r.seconds:>8.2f} "
-                  f"{r.programs_per_s:>8.1f} {r.tests_per_s:>8.1f} "
-                  f"{r.ratio_to_subprocess:>9.2f} {r.tests_passed:>7}")
+            spread = f"{r.ratio_median:.2f} [{r.ratio_min:.2f}-{r.ratio_max:.2f}]"
+            print(f"{name:<12} {r.method:<17} {r.isolation:<14} {r.seconds:>8.2f} "
+                  f"{r.tests_per_s:>8.1f} {r.ratio_to_subprocess:>9.2f} {spread:>26} "
+                  f"{r.tests_passed:>7}")
+    report["load_average"] = {"before": load_before, "after": os.getloadavg(),
+                              "cpus": os.cpu_count()}
+    print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} CPUs)")
+    for verifier in verifiers.values():
+        verifier.close()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0

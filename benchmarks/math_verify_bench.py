@@ -1,12 +1,18 @@
-"""Math-Verify (parse + verify, sequential) vs veristep's MathVerifier batch API, same items, same run.
+"""Math-Verify (parse + verify) vs veristep's MathVerifier on a MATH500-based mix, same run.
 
-Items are built from MATH500 (tests/data/math500_test.jsonl): each problem's reference solution,
-a reformatted correct answer, a wrong answer, a close-but-wrong decimal (where the answer is not
-a short terminating decimal), a self-corrected answer, plus a few adversarial completions.
-Labels come from how each item was built, not from either checker.
+Items are built from MATH500 (tests/data/math500_test.jsonl): each problem's reference solution
+(the dataset's own text), a reformatted correct answer, a wrong answer, a close-but-wrong decimal
+(where the answer is not a short terminating decimal), a self-corrected answer, plus a few
+adversarial completions. Labels come from how each item was built, not from either checker;
+every category but the reference solutions is built here, so it shows regressions, not
+superiority (Math-Verify's own tables: benchmarks/math_verify_suite_bench.py).
+
+Accuracy per category for both checkers; throughput at equal worker counts (Math-Verify
+in-process, then a fork pool; veristep's worker pool) and at each tool's best setting, timed by
+benchmarks/_math_bench_common.py (fresh interpreters, cold and warm passes, median).
 
     python benchmarks/math_verify_bench.py                 # full run (>= 2,000 items)
-    python benchmarks/math_verify_bench.py --problems 50   # quick look
+    python benchmarks/math_verify_bench.py --problems 50 --repeats 1   # quick look
 """
 
 from __future__ import annotations
@@ -14,14 +20,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import random
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
+
+import _math_bench_common as timing
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "math500_test.jsonl"
@@ -47,22 +58,6 @@ class Item:
     completion: str
     answer: str
     label: bool
-
-
-@dataclass
-class PeerStats:
-    """What one checker scored on the whole mix."""
-
-    name: str
-    items: int
-    seconds: float
-    items_per_s: float
-    accuracy: float
-    false_positives: int
-    false_negatives: int
-    close_wrong_false_positives: int
-    p50_ms: float
-    p99_ms: float
 
 
 _INT_RE = re.compile(r"^-?\d+$")
@@ -180,134 +175,135 @@ def build_items(problems: int, adversarial: int, seed: int) -> list[Item]:
     return items
 
 
-def _stats(name: str, items: list[Item], verdicts: list[bool], latencies: list[float], seconds: float) -> PeerStats:
-    """Accuracy, error counts, throughput and latency percentiles of one checker."""
-    fp = sum(1 for it, v in zip(items, verdicts, strict=True) if v and not it.label)
-    fn = sum(1 for it, v in zip(items, verdicts, strict=True) if it.label and not v)
-    close_fp = sum(1 for it, v in zip(items, verdicts, strict=True) if v and it.kind == "close_wrong")
-    lat = sorted(latencies)
-    pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
-    return PeerStats(name, len(items), round(seconds, 3), round(len(items) / seconds, 2),
-                     round(1 - (fp + fn) / len(items), 4), fp, fn, close_fp, round(pick(0.5), 3), round(pick(0.99), 3))
+# How each category's items were made: "MATH500" text is the dataset's own solution; every
+# other completion is built here from the MATH500 answer, so it shows regressions, not superiority.
+ORIGIN = {
+    "reference_solution": "MATH500 solution text (dataset)",
+    "reformatted": "built here: answer in another format",
+    "wrong": "built here: perturbed or another problem's answer",
+    "self_corrected": "built here: wrong box, then the right one",
+    "self_corrected_wrong": "built here: right box, then a wrong one",
+    "close_wrong": "built here: 6-decimal approximation of an irrational",
+    "adversarial": "built here: hang and size attacks",
+}
 
 
-def run_math_verify(items: list[Item]) -> tuple[PeerStats, list[bool]]:
-    """Math-Verify as documented: parse gold and prediction, then verify, one item at a time."""
+def mv_verdict(item: Item) -> bool:
+    """Math-Verify as documented: parse gold and prediction, then verify."""
     from math_verify import parse, verify
 
+    try:
+        return bool(verify(parse("$" + item.answer + "$"), parse(item.completion)))
+    except Exception:
+        return False
+
+
+def per_category(items: list[Item], verdicts: dict[str, list[bool]]) -> list[dict[str, Any]]:
+    """Accuracy of each checker per category (label from how the item was built)."""
+    rows = []
+    for kind in dict.fromkeys(it.kind for it in items):
+        idx = [i for i, it in enumerate(items) if it.kind == kind]
+        row: dict[str, Any] = {"category": kind, "items": len(idx), "origin": ORIGIN.get(kind, "built here")}
+        for name, v in verdicts.items():
+            row[name] = sum(v[i] == items[i].label for i in idx) / len(idx)
+            row[f"{name}_false_positives"] = sum(v[i] and not items[i].label for i in idx)
+        rows.append(row)
+    return rows
+
+
+def _one_run(args: argparse.Namespace, tool: str, workers: int) -> None:
+    """Time one checker over the whole mix, two passes (imports and item building excluded)."""
+    import math_verify  # noqa: F401
+    import sympy  # noqa: F401
+    import veristep.verifiers.math  # noqa: F401
+
+    items = build_items(args.problems, args.adversarial, args.seed)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    verdicts, lat = [], []
-    start = time.perf_counter()
-    for it in items:
-        t0 = time.perf_counter()
-        try:
-            ok = bool(verify(parse("$" + it.answer + "$"), parse(it.completion)))
-        except Exception:
-            ok = False
-        lat.append(time.perf_counter() - t0)
-        verdicts.append(ok)
-    return _stats("math-verify (sequential)", items, verdicts, lat, time.perf_counter() - start), verdicts
+    if tool == "math-verify":
+        times = timing.time_in_process_or_pool(lambda i: mv_verdict(items[i]), len(items), workers, passes=2)
+    else:
+        times = timing.veristep_passes([it.completion for it in items], [it.answer for it in items], workers, 2,
+                                timeout=args.timeout)[0]
+    timing.print_times(times)
 
 
-def run_veristep(items: list[Item], workers: int, timeout: float) -> tuple[PeerStats, list[bool], dict]:
-    """veristep's batch API, including its worker start-up in the measured time."""
-    from veristep.verifiers.math import MathVerifier
-
-    start = time.perf_counter()
-    with MathVerifier(workers=workers, timeout=timeout) as verifier:
-        results = verifier.verify_batch([it.completion for it in items], [it.answer for it in items])
-    seconds = time.perf_counter() - start
-    # per-item processing time: in the caller for fast-path items, in the worker otherwise
-    lat = [r.timings.get("total_s", 0.0) for r in results]
-    statuses: dict[str, int] = {}
-    for r in results:
-        statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
-    statuses["decided_in_process"] = sum(1 for r in results if "worker_s" not in r.timings)
-    statuses["_needs_sympy"] = [i for i, r in enumerate(results) if "worker_s" in r.timings]  # type: ignore[assignment]
-    return _stats(f"veristep batch ({workers} workers)", items, [r.correct for r in results], lat, seconds), \
-        [r.correct for r in results], statuses
-
-
-def run_veristep_single(items: list[Item], workers: int, timeout: float) -> PeerStats:
-    """veristep's verify(), one call at a time: end-to-end latency of a single call."""
+def single_call_latency(items: list[Item], workers: int, timeout: float) -> dict[str, float]:
+    """veristep's verify(), one call at a time: end-to-end latency percentiles of a single call."""
     from veristep.verifiers.math import MathVerifier
 
     with MathVerifier(workers=workers, timeout=timeout) as verifier:
         verifier.verify("$\\boxed{x}$", "y")  # start the pool outside the measurement
-        verdicts, lat = [], []
-        start = time.perf_counter()
+        lat = []
         for it in items:
             t0 = time.perf_counter()
-            verdicts.append(verifier.verify(it.completion, it.answer).correct)
+            verifier.verify(it.completion, it.answer)
             lat.append(time.perf_counter() - t0)
-        seconds = time.perf_counter() - start
-    return _stats("veristep verify(), one by one", items, verdicts, lat, seconds)
+    lat.sort()
+    return {"calls": len(lat), "p50_ms": 1000 * lat[len(lat) // 2], "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build the mix, run both checkers, print the table and write the JSON."""
+    """Build the mix, run both checkers, print the tables and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--problems", type=int, default=500, help="MATH500 problems to use (max 500)")
     ap.add_argument("--adversarial", type=int, default=8, help="adversarial completions to add")
-    ap.add_argument("--workers", type=int, default=2, help="veristep worker processes")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to time (both tools)")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh-interpreter timing runs per setting (median)")
     ap.add_argument("--timeout", type=float, default=5.0, help="veristep per-item limit (s)")
     ap.add_argument("--single-calls", type=int, default=400,
                     help="items (a spread sample) also timed through one-at-a-time verify() calls")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", type=Path, default=OUT, help="where to write the JSON results")
+    ap.add_argument("--one-run", nargs=2, metavar=("TOOL", "WORKERS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    if args.one_run:
+        _one_run(args, args.one_run[0], int(args.one_run[1]))
+        return 0
 
     items = build_items(args.problems, args.adversarial, args.seed)
-    kinds: dict[str, int] = {}
-    for it in items:
-        kinds[it.kind] = kinds.get(it.kind, 0) + 1
-    print(f"{len(items)} items: {kinds}", file=sys.stderr)
-
-    vs, vs_verdicts, statuses = run_veristep(items, args.workers, args.timeout)
-    hard_idx = statuses.pop("_needs_sympy")
-    mv, mv_verdicts = run_math_verify(items)
-    ratio = vs.items_per_s / mv.items_per_s
-    rows = [mv, vs]
+    kinds = Counter(it.kind for it in items)
+    print(f"{len(items)} items: {dict(kinds)}", file=sys.stderr)
+    _, results = timing.veristep_passes([it.completion for it in items], [it.answer for it in items], max(args.workers), 1,
+                                 timeout=args.timeout)
+    verdicts = {"veristep": [r.correct for r in results], "math_verify": [mv_verdict(it) for it in items]}
+    categories = per_category(items, verdicts)
+    print(f"{'category':22} {'items':>5} {'math-verify':>11} {'veristep':>9}  origin")
+    for row in categories:
+        print(f"{row['category']:22} {row['items']:5d} {row['math_verify']:11.1%} {row['veristep']:9.1%}  {row['origin']}")
+    totals = {name: sum(v[i] == it.label for i, it in enumerate(items)) / len(items) for name, v in verdicts.items()}
+    fps = {name: sum(v[i] and not it.label for i, it in enumerate(items)) for name, v in verdicts.items()}
+    print(f"{'all':22} {len(items):5d} {totals['math_verify']:11.1%} {totals['veristep']:9.1%}  "
+          f"false positives: math-verify {fps['math_verify']}, veristep {fps['veristep']}")
+    statuses = Counter(r.status.value for r in results)
+    in_process = sum(1 for r in results if "worker_s" not in r.timings)
+    print(f"veristep statuses: {dict(statuses)}; decided in the caller without sympy: {in_process}/{len(items)}")
+    print()
+    passthrough = ["--problems", str(args.problems), "--adversarial", str(args.adversarial), "--seed", str(args.seed),
+                   "--timeout", str(args.timeout)]
+    speed = timing.measure(__file__, passthrough, args.workers, args.repeats)
+    timing.print_throughput(speed, len(items), args.workers)
+    latency = None
     if args.single_calls > 0:
         step = max(1, len(items) // args.single_calls)
-        rows.append(run_veristep_single(items[::step][: args.single_calls], args.workers, args.timeout))
-    # the same comparison on only the items veristep could not settle without sympy: this is
-    # where the worker pool, not the in-process fast path, has to earn the ratio
-    hard = [items[i] for i in hard_idx]
-    hard_ratio = None
-    if hard:
-        hard_mv, _ = run_math_verify(hard)
-        hard_vs, _, _ = run_veristep(hard, args.workers, args.timeout)
-        hard_mv.name, hard_vs.name = "math-verify [sympy-bound subset]", "veristep batch [sympy-bound subset]"
-        rows += [hard_mv, hard_vs]
-        hard_ratio = hard_vs.items_per_s / hard_mv.items_per_s
-    header = f"{'checker':36} {'items/s':>9} {'acc':>7} {'FP':>4} {'FN':>4} {'closeFP':>8} {'p50 ms':>8} {'p99 ms':>9}"
-    print(header)
-    print("-" * len(header))
-    for s in rows:
-        print(f"{s.name:36} {s.items_per_s:9.1f} {s.accuracy:7.2%} {s.false_positives:4d} {s.false_negatives:4d} "
-              f"{s.close_wrong_false_positives:8d} {s.p50_ms:8.2f} {s.p99_ms:9.2f}")
-    print(f"throughput ratio veristep batch / math-verify: {ratio:.2f}x   veristep statuses: {statuses}")
-    if hard_ratio is not None:
-        print(f"on the {len(hard)} sympy-bound items only: {hard_ratio:.2f}x")
-    print("latency: math-verify and one-by-one rows are per call; the batch row is per-item processing time")
+        latency = single_call_latency(items[::step][: args.single_calls], min(args.workers), args.timeout)
+        print(f"veristep verify() one call at a time ({latency['calls']} calls, {min(args.workers)} worker): "
+              f"p50 {latency['p50_ms']:.2f} ms, p99 {latency['p99_ms']:.2f} ms")
 
     disagreements = [
         {"kind": it.kind, "answer": it.answer, "completion_tail": it.completion[-160:], "label": it.label,
          "math_verify": m, "veristep": v}
-        for it, m, v in zip(items, mv_verdicts, vs_verdicts, strict=True) if m != v or v != it.label
+        for it, m, v in zip(items, verdicts["math_verify"], verdicts["veristep"], strict=True) if m != v or v != it.label
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
         "command": "python benchmarks/math_verify_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
-                    "note": "shared machine; compare the two rows of this run, not across runs"},
-        "items": len(items), "kinds": kinds,
-        "results": [asdict(s) for s in rows],
-        "throughput_ratio": round(ratio, 3),
-        "sympy_bound_items": len(hard),
-        "sympy_bound_throughput_ratio": None if hard_ratio is None else round(hard_ratio, 3),
-        "veristep_statuses": statuses,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "note": "shared machine; compare rows of this run, not across runs"},
+        "items": len(items), "kinds": dict(kinds),
+        "accuracy": totals, "false_positives": fps, "per_category": categories,
+        "veristep_statuses": dict(statuses), "decided_in_caller": in_process,
+        "throughput": speed, "single_call_latency": latency,
         "disagreements": disagreements[:200],
     }, indent=2))
     print(f"wrote {args.output}", file=sys.stderr)

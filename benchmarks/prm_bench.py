@@ -6,7 +6,7 @@ tokenizer. Traces come from ProcessBench (the shipped test sample by default). E
 timed `--repeats` times and the best run is kept; the batched/one-by-one ratio is what carries
 over to other machines, not the absolute numbers.
 
-    python benchmarks/prm_bench.py --out benchmarks/results/prm_bench.json
+    python benchmarks/prm_bench.py -o benchmarks/results/prm_bench.json
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=1024, help="model token limit")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per mode; best kept")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's)")
-    parser.add_argument("--out", help="JSON output path")
+    parser.add_argument("-o", "--output", "--out", dest="out", help="JSON output path (--out: the old name)")
     args = parser.parse_args()
 
     import torch

@@ -113,7 +113,7 @@ def bench_cli(
         seconds, code = _timed(lambda: main(args))
     if code != 0:
         raise SystemExit(f"veristep verify exited {code}")
-    return seconds, [json.loads(line)["reward"] for line in out.read_text().splitlines()]
+    return seconds, [json.loads(line)["veristep"]["reward"] for line in out.read_text().splitlines()]
 
 
 def bench_trl(kind: str, config: dict, rows: list[dict], batch: int) -> tuple[float, list[float]]:
@@ -173,7 +173,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ray", action="store_true", help="also run --backend ray (needs ray)")
     parser.add_argument(
-        "--json", type=Path, default=ROOT / "benchmarks" / "results" / "verify_surface_bench.json"
+        "-o", "--output", "--json", dest="json", type=Path,
+        default=ROOT / "benchmarks" / "results" / "verify_surface_bench.json",
+        help="JSON results (--json: the old name)",
     )
     args = parser.parse_args()
 

@@ -14,12 +14,13 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from veristep.verifiers.cli.jsonl_io import iter_jsonl
 
 from .base import StepScorer
 from .metrics import (
@@ -78,20 +79,47 @@ def _labels_from_first_error(n_steps: int, first_error: int) -> list[int | None]
     return [1 if k < first_error else 0 if k == first_error else None for k in range(n_steps)]
 
 
-def load_processbench(directory: str | Path) -> list[Trace]:
-    """All ProcessBench subsets in `directory` (gsm8k.json, math.json, ...)."""
+#: Called with (file, line or None, what) for a record that cannot be used; None raises.
+OnError = Callable[[str, "int | None", str], None]
+
+
+def _raise(path: str, line: int | None, what: str) -> None:
+    where = f"{path}:{line}" if line is not None else path
+    raise ValueError(f"{where}: {what}")
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, KeyError):
+        return f"missing key {err.args[0]!r}" if err.args else "missing key"
+    return f"{type(err).__name__}: {err}"
+
+
+def load_processbench(directory: str | Path, on_error: OnError | None = None) -> list[Trace]:
+    """All ProcessBench subsets in `directory` (gsm8k.json, math.json, ...).
+
+    A record that cannot be read goes to `on_error` (default: raise ValueError) and is skipped.
+    """
+    report = on_error or _raise
     files = sorted(Path(directory).glob("*.json"))
     if not files:
         raise ValueError(f"no ProcessBench *.json files in {directory}")
     traces = []
     for path in files:
-        for k, rec in enumerate(json.loads(path.read_text(encoding="utf-8"))):
-            steps = [_clean_step(s) for s in rec["steps"]]
-            label = int(rec["label"])
-            if label >= len(steps):
-                label = -1 if not steps else len(steps) - 1
-            traces.append(
-                Trace(
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            report(str(path), None, f"not a JSON file ({err})")
+            continue
+        if not isinstance(records, list):
+            report(str(path), None, "expected a JSON array of records")
+            continue
+        for k, rec in enumerate(records):
+            try:
+                steps = [_clean_step(s) for s in rec["steps"]]
+                label = int(rec["label"])
+                if label >= len(steps):
+                    label = -1 if not steps else len(steps) - 1
+                trace = Trace(
                     id=str(rec.get("id", f"{path.stem}-{k}")),
                     dataset="processbench",
                     subset=path.stem,
@@ -101,89 +129,129 @@ def load_processbench(directory: str | Path) -> list[Trace]:
                     first_error=label,
                     step_labels=_labels_from_first_error(len(steps), label),
                 )
-            )
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                report(str(path), None, f"record {k}: {_why(err)}")
+                continue
+            traces.append(trace)
     return traces
 
 
-def load_prmbench(directory: str | Path) -> list[Trace]:
-    """PRMBench test files in `directory`: each record gives a valid and a flawed trace."""
+def load_prmbench(directory: str | Path, on_error: OnError | None = None) -> list[Trace]:
+    """PRMBench test files in `directory`: each record gives a valid and a flawed trace.
+
+    A line that cannot be read goes to `on_error` (default: raise ValueError) and is skipped.
+    """
+    report = on_error or _raise
     files = sorted(Path(directory).glob("*.jsonl"))
     if not files:
         raise ValueError(f"no PRMBench *.jsonl files in {directory}")
     traces = []
     for path in files:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
+        for record in iter_jsonl(path):
+            if record.error is not None:
+                report(str(path), record.line_no, record.error)
                 continue
-            rec = json.loads(line)
-            subset = str(rec.get("classification") or path.stem)
-            # idx repeats across category files, so the subset is part of the id.
-            rid = f"{subset}/{rec.get('idx', len(traces))}"
-            original = [_clean_step(s) for s in rec["original_process"]]
-            modified = [_clean_step(s) for s in rec["modified_process"]]
-            # error_steps are 1-based; a few point past the last step and are dropped.
-            errors = tuple(sorted({int(e) - 1 for e in rec["error_steps"] if 1 <= int(e) <= len(modified)}))
-            traces.append(
-                Trace(f"{rid}/original", "prmbench", subset, str(rec["original_question"]),
-                      original, True, -1, (), [1] * len(original))
-            )
-            traces.append(
-                Trace(f"{rid}/modified", "prmbench", subset, str(rec["modified_question"]),
-                      modified, False, errors[0] if errors else None, errors,
-                      [0 if k in errors else 1 for k in range(len(modified))] if errors else
-                      [None] * len(modified))
-            )
+            try:
+                traces.extend(_prmbench_pair(record.data, path, len(traces)))
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                report(str(path), record.line_no, _why(err))
     return traces
 
 
-def load_jsonl(path: str | Path, separator: str = JOIN, regex: str | None = None) -> list[Trace]:
-    """Generic labelled traces: prompt, steps (list) or completion (text), correct, optional label."""
+def _prmbench_pair(rec: dict[str, Any], path: Path, position: int) -> tuple[Trace, Trace]:
+    subset = str(rec.get("classification") or path.stem)
+    # idx repeats across category files, so the subset is part of the id.
+    rid = f"{subset}/{rec.get('idx', position)}"
+    original = [_clean_step(s) for s in rec["original_process"]]
+    modified = [_clean_step(s) for s in rec["modified_process"]]
+    # error_steps are 1-based; a few point past the last step and are dropped.
+    errors = tuple(sorted({int(e) - 1 for e in rec["error_steps"] if 1 <= int(e) <= len(modified)}))
+    return (
+        Trace(f"{rid}/original", "prmbench", subset, str(rec["original_question"]),
+              original, True, -1, (), [1] * len(original)),
+        Trace(f"{rid}/modified", "prmbench", subset, str(rec["modified_question"]),
+              modified, False, errors[0] if errors else None, errors,
+              [0 if k in errors else 1 for k in range(len(modified))] if errors else
+              [None] * len(modified)),
+    )
+
+
+def load_jsonl(
+    path: str | Path, separator: str = JOIN, regex: str | None = None,
+    on_error: OnError | None = None,
+) -> list[Trace]:
+    """Generic labelled traces: prompt, steps (list) or completion (text), correct, optional label.
+
+    A line that cannot be used goes to `on_error` (default: raise ValueError) and is skipped.
+    """
+    report = on_error or _raise
     traces = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    for record in iter_jsonl(path):
+        if record.error is not None:
+            report(str(path), record.line_no, record.error)
             continue
-        rec = json.loads(line)
-        prompt = rec.get("prompt", rec.get("problem", rec.get("question")))
-        correct = rec.get("correct", rec.get("final_answer_correct"))
-        if prompt is None or correct is None:
-            raise ValueError(f"{path}:{lineno}: needs 'prompt' and 'correct' (or ProcessBench keys)")
-        if isinstance(rec.get("steps"), list):
-            steps = [_clean_step(s) for s in rec["steps"]]
-        elif isinstance(rec.get("completion"), str):
-            steps = [_clean_step(s) for s in step_texts(rec["completion"], split_steps(rec["completion"], separator, regex))]
-        else:
-            raise ValueError(f"{path}:{lineno}: needs 'steps' (list) or 'completion' (text)")
-        label = rec.get("label")
-        first_error = int(label) if label is not None else None
-        if first_error is not None and first_error >= len(steps):
-            first_error = -1 if not steps else len(steps) - 1
-        traces.append(
-            Trace(
-                id=str(rec.get("id", f"{Path(path).stem}-{lineno}")),
-                dataset=Path(path).stem,
-                subset=str(rec.get("subset", "all")),
-                prompt=str(prompt),
-                steps=steps,
-                correct=bool(correct),
-                first_error=first_error,
-                step_labels=_labels_from_first_error(len(steps), first_error)
-                if first_error is not None
-                else [None] * len(steps),
-            )
-        )
+        try:
+            trace = _generic_trace(record.data, Path(path), record.line_no, separator, regex)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            report(str(path), record.line_no, str(err) if isinstance(err, ValueError) else _why(err))
+            continue
+        traces.append(trace)
     return traces
 
 
-def load_data(spec: str, separator: str = JOIN, regex: str | None = None) -> list[Trace]:
+def _generic_trace(
+    rec: dict[str, Any], path: Path, lineno: int, separator: str, regex: str | None
+) -> Trace:
+    prompt = rec.get("prompt", rec.get("problem", rec.get("question")))
+    correct = rec.get("correct", rec.get("final_answer_correct"))
+    if prompt is None or correct is None:
+        raise ValueError("needs 'prompt' and 'correct' (or ProcessBench keys)")
+    if isinstance(rec.get("steps"), list):
+        steps = [_clean_step(s) for s in rec["steps"]]
+    elif isinstance(rec.get("completion"), str):
+        spans = split_steps(rec["completion"], separator, regex)
+        steps = [_clean_step(s) for s in step_texts(rec["completion"], spans)]
+    else:
+        raise ValueError("needs 'steps' (list) or 'completion' (text)")
+    label = rec.get("label")
+    first_error = int(label) if label is not None else None
+    if first_error is not None and first_error >= len(steps):
+        first_error = -1 if not steps else len(steps) - 1
+    return Trace(
+        id=str(rec.get("id", f"{path.stem}-{lineno}")),
+        dataset=path.stem,
+        subset=str(rec.get("subset", "all")),
+        prompt=str(prompt),
+        steps=steps,
+        correct=bool(correct),
+        first_error=first_error,
+        step_labels=_labels_from_first_error(len(steps), first_error)
+        if first_error is not None
+        else [None] * len(steps),
+    )
+
+
+def load_data(
+    spec: str, separator: str = JOIN, regex: str | None = None, on_error: OnError | None = None
+) -> list[Trace]:
     """Load `processbench:DIR`, `prmbench:DIR` or a JSONL FILE of labelled traces."""
     kind, _, target = spec.partition(":")
     if kind == "processbench" and target:
-        return load_processbench(target)
+        return load_processbench(target, on_error)
     if kind == "prmbench" and target:
-        return load_prmbench(target)
+        return load_prmbench(target, on_error)
     if Path(spec).is_file():
-        return load_jsonl(spec, separator, regex)
+        return load_jsonl(spec, separator, regex, on_error)
     raise ValueError(f"cannot read data {spec!r}: use processbench:DIR, prmbench:DIR or a JSONL file")
+
+
+def source_name(spec: str) -> str:
+    """A data spec as recorded in a report: the kind and the folder or file name, no path."""
+    kind, sep, target = spec.partition(":")
+    if kind in ("processbench", "prmbench") and sep:
+        name = Path(target).name
+        return kind if name == kind else f"{kind}:{name}"
+    return Path(spec).name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,10 +278,11 @@ def score_traces(scorer: StepScorer, traces: Sequence[Trace], chunk: int = 64, p
     all_scores: list[list[float]] = []
     by_id = getattr(scorer, "has_ids", lambda: False)()
     iterator = range(0, len(traces), chunk)
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(iterator, desc="scoring", unit="batch")
+        bar = tqdm(total=len(traces), desc="scoring", unit="trace")
     for b in iterator:
         part = traces[b : b + chunk]
         completions = [t.completion for t in part]
@@ -228,6 +297,10 @@ def score_traces(scorer: StepScorer, traces: Sequence[Trace], chunk: int = 64, p
                     f"{t.id}; load the scorer with separator={JOIN!r} and no regex"
                 )
             all_scores.append([float(s) for s in r.scores])
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
     return ScoredTraces(list(traces), all_scores, time.perf_counter() - start)
 
 
@@ -407,16 +480,21 @@ def calibrate(
         groups.setdefault(f"{t.dataset}/{t.subset}", []).append(i)
     for dataset in dict.fromkeys(t.dataset for t in traces):
         groups[f"{dataset}/overall"] = [i for i, t in enumerate(traces) if t.dataset == dataset]
+    names = list(groups)
+    if progress:  # the bootstrap is most of the time after scoring
+        from tqdm import tqdm
+
+        names = tqdm(names, desc="metrics", unit="subset")
     subsets = {
         name: subset_report(
-            [traces[i] for i in idx],
-            [scored.step_scores[i] for i in idx],
+            [traces[i] for i in groups[name]],
+            [scored.step_scores[i] for i in groups[name]],
             n_bootstrap,
             dev_fraction,
             seed,
             n_bins,
         )
-        for name, idx in groups.items()
+        for name in names
     }
     report = CalibrationReport(
         scorer=scorer_name,
@@ -439,8 +517,32 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "  -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def format_table(report: CalibrationReport) -> str:
-    """A plain-text table: one row per subset, AUROC per aggregation beside the length baseline."""
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "  -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def baseline_verdict(score: Estimate, baseline: Estimate) -> str:
+    """One line comparing a scorer's AUROC with the length baseline's, by their 95 % intervals.
+
+    "below" / "above" only when the intervals do not overlap; otherwise "not distinguishable
+    from". Without intervals (no bootstrap) the point values decide, and the line says so.
+    """
+    if math.isnan(score.value) or math.isnan(baseline.value):
+        return "AUROC undefined (needs both correct and wrong traces)"
+    intervals = not any(math.isnan(x) for x in (score.low, score.high, baseline.low, baseline.high))
+    if intervals:
+        word = ("below" if score.high < baseline.low else
+                "above" if score.low > baseline.high else "not distinguishable from")
+    else:
+        word = "below" if score.value < baseline.value else "above" if score.value > baseline.value \
+            else "equal to"
+    line = f"AUROC {score.value:.2f}, {word} the length baseline {baseline.value:.2f}"
+    return line if intervals else line + " (no bootstrap intervals)"
+
+
+def format_table(report: CalibrationReport, how: str = "min") -> str:
+    """A plain-text table: one row per subset, AUROC per aggregation beside the length baseline,
+    then one verdict line per data set for the aggregation `how`."""
     head = (
         f"{'subset':<34}{'n':>6} " + " ".join(f"{a:>6}" for a in AGGREGATIONS)
         + f" {'min 95% CI':>13} {'len':>6} {'F1@.5':>6} {'F1@t':>6} {'t':>5} "
@@ -464,40 +566,8 @@ def format_table(report: CalibrationReport) -> str:
         "F1@t: earliest-error F1 on the test part at the dev-tuned threshold t; sECE/sBrier: "
         "step level; loc: planted error at the argmin step."
     )
+    for name, r in report.subsets.items():
+        if name.endswith("/overall"):
+            verdict = baseline_verdict(r.auroc[how], r.baseline_auroc["length_chars"])
+            lines.append(f"{name.removesuffix('/overall')} ({how} step score): {verdict}")
     return "\n".join(lines)
-
-
-def plot_histograms(report: CalibrationReport, scored: ScoredTraces, path: str | Path, how: str = "min") -> None:
-    """Save histograms of the aggregate score of correct vs wrong traces, one panel per subset."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(report.subsets)
-    cols = min(4, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    bins = np.linspace(0, 1, 21)
-    for ax, name in zip(axes.flat, names, strict=False):
-        dataset, _, subset = name.partition("/")
-        idx = [i for i, t in enumerate(scored.traces)
-               if t.dataset == dataset and (subset == "overall" or t.subset == subset) and scored.step_scores[i]]
-        agg = np.array([aggregate(scored.step_scores[i], how) for i in idx])
-        ok = np.array([scored.traces[i].correct for i in idx], dtype=bool)
-        for sel, label, color in ((ok, "correct", "tab:green"), (~ok, "wrong", "tab:red")):
-            if sel.any():  # bar height = share of that class's traces
-                ax.hist(agg[sel], bins=bins, alpha=0.6, weights=np.full(sel.sum(), 1 / sel.sum()),
-                        label=f"{label} ({sel.sum()})", color=color)
-        ax.set_ylabel("share of traces", fontsize=8)
-        r = report.subsets[name]
-        ax.set_title(f"{name}\nAUROC {_fmt(r.auroc[how].value)} (length {_fmt(r.baseline_auroc['length_chars'].value)})",
-                     fontsize=9)
-        ax.set_xlabel(f"{how} step score", fontsize=8)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(names):]:
-        ax.axis("off")
-    fig.suptitle(f"{report.scorer}: {how} step score of correct vs wrong traces", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -112,18 +112,11 @@ def expected_calibration_error(
 
     Sum over bins of (bin size / N) * |mean label - mean probability|.
     """
-    p = np.asarray(probs, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    if len(p) == 0:
+    if len(probs) == 0:
         return float("nan")
-    if n_bins < 1:
-        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
-    bins = np.minimum((np.clip(p, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
-    total = 0.0
-    for b in np.unique(bins):
-        in_bin = bins == b
-        total += in_bin.mean() * abs(y[in_bin].mean() - p[in_bin].mean())
-    return float(total)
+    bins = reliability_bins(probs, labels, n_bins)
+    n = sum(b.count for b in bins)
+    return float(sum(b.count / n * abs(b.observed - b.mean_prob) for b in bins))
 
 
 def brier_score(probs: Sequence[float], labels: Sequence[bool | int]) -> float:
@@ -196,3 +189,52 @@ def tune_threshold(step_scores: Sequence[Sequence[float]], truth: Sequence[int])
         if not math.isnan(f1) and f1 > best_f1:
             best_t, best_f1 = t, f1
     return best_t, (best_f1 if best_f1 >= 0 else float("nan"))
+
+
+def roc_curve(scores: Sequence[float], labels: Sequence[bool | int]) -> tuple[np.ndarray, np.ndarray]:
+    """False- and true-positive rates at every threshold, from (0, 0) to (1, 1).
+
+    Tied scores form one diagonal segment, so the area under the curve equals `auroc`.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("a ROC curve needs both classes")
+    order = np.argsort(-s, kind="mergesort")
+    s, y = s[order], y[order]
+    last_of_tie = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]
+    tp = np.cumsum(y)[last_of_tie]
+    fp = np.cumsum(~y)[last_of_tie]
+    return np.r_[0.0, fp / n_neg], np.r_[0.0, tp / n_pos]
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    """One bin of a reliability diagram: mean predicted probability, observed rate, size."""
+
+    low: float
+    high: float
+    mean_prob: float
+    observed: float
+    count: int
+
+
+def reliability_bins(
+    probs: Sequence[float], labels: Sequence[bool | int], n_bins: int = 10
+) -> list[ReliabilityBin]:
+    """The non-empty equal-width bins behind `expected_calibration_error` (same binning).
+
+    ECE = sum over these bins of count / N * |observed - mean_prob|.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    bins = np.minimum((np.clip(p, 0.0, 1.0) * n_bins).astype(int), n_bins - 1)
+    out = []
+    for b in np.unique(bins):
+        in_bin = bins == b
+        out.append(ReliabilityBin(b / n_bins, (b + 1) / n_bins, float(p[in_bin].mean()),
+                                  float(y[in_bin].mean()), int(in_bin.sum())))
+    return out

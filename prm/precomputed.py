@@ -14,8 +14,9 @@ from .steps import DEFAULT_SEPARATOR, split_steps, step_texts
 class PrecomputedScorer:
     """Serve step scores from a JSONL file written by `veristep prm score` or by hand.
 
-    Each line holds `step_scores` (a list of floats in [0, 1]) and either `prompt` and
-    `completion`, or an `id`; `step_spans` (character spans) are optional and otherwise the
+    Each line holds `step_scores` (a list of floats in [0, 1]; on top or, as `veristep prm
+    score` writes it, under a `veristep` key) and either `prompt` and `completion`, or an `id`;
+    `step_spans` (character spans, beside `step_scores`) are optional and otherwise the
     completion is split with `separator` / `regex`. A trace missing from the file is a
     configuration error (the wrong file), so it raises ValueError.
     """
@@ -43,6 +44,9 @@ class PrecomputedScorer:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{self.path}:{lineno}: not JSON ({err})") from err
+                nested = record.get("veristep")
+                if isinstance(nested, dict) and "step_scores" in nested:
+                    record = {**record, **nested}  # written by `veristep prm score`
                 scores = record.get("step_scores")
                 if not isinstance(scores, list) or not all(
                     isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores

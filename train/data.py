@@ -4,16 +4,24 @@ Each record becomes a `Problem`: the raw record (for the verifiers' `reference_f
 the problem text (for the PRM) and the model input (prompt template or chat template applied).
 `PromptSampler` walks the problems in a seeded order, one reshuffle per epoch, and its position
 is part of a checkpoint.
+
+Loading follows the error contract of every `veristep` command: a line or record that cannot
+be used is named in one `FILE:LINE: what` warning on stderr and skipped, every other one is
+kept; a missing file is one clear `UsageError` (exit code 2 of `veristep train`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from veristep.verifiers.cli.jsonl_io import InputError, LineMessages, UsageError, iter_jsonl
+
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -62,6 +70,8 @@ def load_records(source: str, *, split: str = "train", config_name: str | None =
         # The "rl" part of the problem space: never a prompt the warm start was taught.
         return [dict(r) for r in task.make_problems(limit or 2000, seed=seed, part="rl", **kwargs)]
     path = Path(source)
+    if path.suffix in _DATA_SUFFIXES and not path.exists():  # a file name, never a hub name
+        raise UsageError(f"dataset={source}: no such data file")
     if path.suffix in (".jsonl", ".json") and path.exists():
         records = _read_json_records(path)
     elif path.suffix == ".parquet" and path.exists():
@@ -82,17 +92,31 @@ def load_records(source: str, *, split: str = "train", config_name: str | None =
     return records[:limit] if limit else records
 
 
+def _messages() -> LineMessages:
+    # Every rank loads the data; one of them is enough to read the warnings.
+    return LineMessages("veristep train", quiet=int(os.environ.get("RANK", "0")) != 0)
+
+
 def _read_json_records(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        return [dict(r) for r in json.loads(text)]
+    messages = _messages()
     records = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(dict(json.loads(line)))
-            except (json.JSONDecodeError, TypeError, ValueError) as err:
-                raise ValueError(f"{path}:{n}: not a JSON object per line ({err})") from None
+    if path.suffix == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise InputError(path, err.lineno, f"bad JSON ({err.msg})") from None
+        for k, row in enumerate(rows):
+            if isinstance(row, dict):
+                records.append(dict(row))
+            else:
+                messages.add(path, None, f"record {k}: not a JSON object; skipped")
+    else:
+        for record in iter_jsonl(path):
+            if record.error is not None:
+                messages.add(path, record.line_no, f"{record.error}; line skipped")
+            else:
+                records.append(record.data)
+    messages.finish()
     return records
 
 
@@ -111,9 +135,13 @@ def format_prompt(record: dict[str, Any], prompt_field: str, template: str,
     return text, body
 
 
-def build_problems(records: list[dict[str, Any]], cfg: Any, tokenizer: Any) -> list[Problem]:
-    """Turn records into Problems, failing early with the field name if one is missing."""
+def build_problems(records: list[dict[str, Any]], cfg: Any, tokenizer: Any,
+                   source: str = "dataset") -> list[Problem]:
+    """Turn records into Problems; a record the prompt cannot be built from is warned about
+    and skipped, and a dataset with no usable record is an error naming the field."""
     problems = []
+    messages = _messages()
+    first_error = ""
     for i, record in enumerate(records):
         record = dict(record)
         if cfg.answer_field != "answer" and cfg.answer_field in record:
@@ -121,10 +149,16 @@ def build_problems(records: list[dict[str, Any]], cfg: Any, tokenizer: Any) -> l
         try:
             text, model_input = format_prompt(record, cfg.prompt_field, cfg.prompt_template,
                                               tokenizer, cfg.chat_template)
-        except KeyError as err:
-            raise ValueError(f"prompt_field/prompt_template: record {i} has no field {err}; "
-                             f"it has {sorted(record)}") from None
-        problems.append(Problem(i, text, model_input, record))
+        except (KeyError, IndexError, ValueError) as err:
+            why = f"no field {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            first_error = first_error or f"record {i + 1} has {why}; it has {sorted(record)}"
+            messages.add(source, None, f"record {i + 1}: {why} (prompt_field/prompt_template); skipped")
+            continue
+        problems.append(Problem(len(problems), text, model_input, record))
+    messages.finish()
+    if records and not problems:
+        raise ValueError(f"prompt_field/prompt_template: no record of {source} can be used: "
+                         f"{first_error}")
     return problems
 
 
@@ -147,7 +181,8 @@ def load_train_and_eval(cfg: Any, tokenizer: Any) -> tuple[list[Problem], list[P
                              "prompts left outside the training set; lower eval_size or train_size")
     else:
         eval_records = []
-    return build_problems(train_records, cfg, tokenizer), build_problems(eval_records, cfg, tokenizer)
+    return (build_problems(train_records, cfg, tokenizer, cfg.dataset),
+            build_problems(eval_records, cfg, tokenizer, cfg.eval_dataset or cfg.dataset))
 
 
 class PromptSampler:

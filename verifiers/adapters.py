@@ -1,19 +1,108 @@
 """Plug veristep verifiers into RL stacks: a TRL reward function and verl's `compute_score`.
 
-verl loads a custom reward file by path (``custom_reward_function.path``), outside any package,
-so this module uses absolute imports only.
+verl loads a custom reward file by path (``reward.custom_reward_function.path``) as a module
+of its own, outside any package; this module then hands out the installed package's objects
+(see the end of the file), so whatever verl loads pickles by reference, shares one set of
+verifiers, and works in process pools and Ray actors. Absolute imports only, for that reason.
+
+References are read by each verifier's own `reference_from_record` (one parser per kind, the
+same as the Python API and the CLI); an unusable reference scores as unjudged
+(`bad_reference`): None in TRL, `judged: False` in verl, counted, and warned about once.
 """
 
 from __future__ import annotations
 
+import collections
+import importlib
 import json
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from veristep.verifiers.core.registry import get_verifier
-from veristep.verifiers.core.result import Verifier, VerifyResult
+from veristep.verifiers.core.result import Status, Verifier, VerifyResult
 from veristep.verifiers.core.text import completion_text
+
+_PACKAGE = "veristep.verifiers.adapters"
+
+
+class _UnjudgedLog:
+    """Counts unjudged results by status and warns once per status per run (thread-safe)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def add(self, results: Sequence[VerifyResult]) -> None:
+        """Count the unjudged results; the first of each status gets one warning."""
+        for r in results:
+            if r.judged:
+                continue
+            with self._lock:
+                first = self.counts[r.status.value] == 0
+                self.counts[r.status.value] += 1
+            if first:
+                what = ("a reference the verifier cannot use" if r.status is Status.BAD_REFERENCE
+                        else "an item the verifier could not judge")
+                warnings.warn(
+                    f"{self.name}: {what} ({r.status.value}: {r.detail[:200]}); such items are "
+                    "left out of the reward (None in TRL, judged=False in verl) and counted in "
+                    "`unjudged_counts`; this warning is shown once per status",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name, "counts": self.counts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def _references(verifier: Verifier, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Each record's reference, read by the verifier's own parser; a row it refuses is marked bad.
+
+    A field missing from every row raises KeyError: that is a configuration error (the wrong
+    column, the wrong kind), not a bad row.
+    """
+    out: list[Any] = []
+    missing: KeyError | None = None
+    for record in records:
+        try:
+            out.append(verifier.reference_from_record(dict(record)))
+        except KeyError as err:
+            missing = err
+            out.append(_BadReference(f"the reference has no {err.args[0] if err.args else '?'!r}"))
+        except ValueError as err:
+            out.append(_BadReference(str(err)))
+    if missing is not None and all(isinstance(ref, _BadReference) for ref in out):
+        raise missing
+    return out
+
+
+class _BadReference:
+    """A row whose reference the verifier's parser refused; it scores as bad_reference."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+
+
+def _verify(verifier: Verifier, texts: Sequence[str], refs: Sequence[Any]) -> list[VerifyResult]:
+    """verify_batch on the usable rows; bad_reference results for the rest, in order."""
+    good = [i for i, ref in enumerate(refs) if not isinstance(ref, _BadReference)]
+    results: list[VerifyResult] = [
+        VerifyResult(0.0, False, Status.BAD_REFERENCE, ref.detail[:500]) if isinstance(ref, _BadReference)
+        else VerifyResult(0.0, False, Status.INTERNAL_ERROR)  # replaced below
+        for ref in refs
+    ]
+    if good:
+        batch = verifier.verify_batch([texts[i] for i in good], [refs[i] for i in good])
+        for i, result in zip(good, batch, strict=True):
+            results[i] = result
+    return results
 
 # ---------------------------------------------------------------------------------------------
 # TRL
@@ -48,6 +137,12 @@ class TRLRewardFunction:
         self.reference_column = reference_column
         self.__name__ = name or f"veristep_{getattr(verifier, 'kind', verifier)}"
         self._lock = threading.Lock()
+        self._unjudged = _UnjudgedLog(self.__name__)
+
+    @property
+    def unjudged_counts(self) -> dict[str, int]:
+        """How many completions this function left unjudged so far, by status."""
+        return dict(self._unjudged.counts)
 
     @property
     def verifier(self) -> Verifier:
@@ -71,7 +166,7 @@ class TRLRewardFunction:
         per_row = {k: v for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == n}
         rows = [{k: v[i] for k, v in per_row.items()} for i in range(n)]
         try:
-            return [self.verifier.reference_from_record(row) for row in rows]
+            return _references(self.verifier, rows)
         except KeyError as err:
             key = err.args[0] if err.args else "?"
             raise ValueError(self._missing(key, per_row)) from None
@@ -87,7 +182,8 @@ class TRLRewardFunction:
         """Score a batch of completions; None where the verifier could not judge."""
         texts = [_safe_text(c) for c in completions]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
-        results = self.verifier.verify_batch(texts, self.references(len(texts), columns))
+        results = _verify(self.verifier, texts, self.references(len(texts), columns))
+        self._unjudged.add(results)
         self._log(results, kwargs)
         return [None if not r.judged else float(r.reward) for r in results]
 
@@ -217,33 +313,26 @@ def _decode(value: Any) -> Any:
 def _reference_record(
     kind: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """A JSONL-style record from verl's ground truth and extra_info, for reference_from_record."""
+    """A JSONL-style record from verl's ground truth and extra_info, for reference_from_record.
+
+    Only the shape changes here: the verifier's own parser reads the record, so verl accepts
+    exactly the reference formats the Python API and the CLI accept.
+    """
     record: dict[str, Any] = dict(extra_info or {})
     if kind == "math":  # the answer text as is: "[1, 2]" is an interval, not JSON
         raw = ground_truth.decode() if isinstance(ground_truth, bytes) else ground_truth
-        record["answer"] = raw if isinstance(raw, str) else str(_decode(raw))
+        # None stays None so the verifier reports bad_reference, not a wrong answer to "None".
+        record["answer"] = raw if raw is None or isinstance(raw, str) else str(_decode(raw))
         return record
     truth = _decode(ground_truth)
     record["ground_truth"] = truth
     if isinstance(truth, Mapping):
         record.update(truth)
-        # APPS / CodeContests style {"inputs": [...], "outputs": [...]} becomes stdin/stdout tests.
-        if kind == "code" and "tests" not in truth and "inputs" in truth and "outputs" in truth:
-            record["tests"] = [
-                {"stdin": _text(i), "stdout": _text(o)}
-                for i, o in zip(truth["inputs"], truth["outputs"], strict=False)
-            ]
-        if kind == "code":
-            record.setdefault("language", "python")
     elif kind == "tools" and isinstance(truth, list):
         record["expected"] = truth
     else:  # any other kind: the conventional reference keys
         record.setdefault("answer", truth)
     return record
-
-
-def _text(value: Any) -> str:
-    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 class VerlScorer:
@@ -252,6 +341,21 @@ class VerlScorer:
     def __init__(self, configs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.configs = {k: dict(v) for k, v in (configs or {}).items()}
         self._verifiers: dict[str, Verifier] = {}
+        self._lock = threading.Lock()
+        self._unjudged = _UnjudgedLog("veristep verl scorer")
+
+    @property
+    def unjudged_counts(self) -> dict[str, int]:
+        """How many responses this scorer left unjudged so far, by status."""
+        return dict(self._unjudged.counts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # verifiers hold worker processes: rebuilt on first use on the other side
+        return {"configs": self.configs, "_unjudged": self._unjudged}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._verifiers = {}
         self._lock = threading.Lock()
 
     def verifier(self, kind: str) -> Verifier:
@@ -268,7 +372,7 @@ class VerlScorer:
         ground_truth: Any,
         extra_info: Mapping[str, Any] | None = None,
         **_: Any,
-    ) -> dict[str, Any]:
+    ) -> VerlScore:
         """Score one response: {"score", "acc", "pred", "status", "judged", "kind"}."""
         return self.batch([data_source], [solution_str], [ground_truth], [extra_info])[0]
 
@@ -279,7 +383,7 @@ class VerlScorer:
         ground_truths: Sequence[Any],
         extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
         **_: Any,
-    ) -> list[dict[str, Any]]:
+    ) -> list[VerlScore]:
         """Score many responses, one `verify_batch` per verifier kind, results in input order."""
         n = len(solution_strs)
         infos = list(extra_infos) if extra_infos is not None else [None] * n
@@ -290,23 +394,22 @@ class VerlScorer:
         by_kind: dict[str, list[int]] = {}
         for i in range(n):
             by_kind.setdefault(kind_for_data_source(data_sources[i], infos[i]), []).append(i)
-        scores: list[dict[str, Any]] = [{} for _ in range(n)]
+        scores: list[VerlScore] = [VerlScore() for _ in range(n)]
         for kind, idx in by_kind.items():
             verifier = self.verifier(kind)
             try:
-                refs = [
-                    verifier.reference_from_record(
-                        _reference_record(kind, ground_truths[i], infos[i])
-                    )
-                    for i in idx
-                ]
+                refs = _references(
+                    verifier, [_reference_record(kind, ground_truths[i], infos[i]) for i in idx]
+                )
             except KeyError as err:
                 raise ValueError(
                     f"ground_truth/extra_info lack {err.args[0]!r}, which the {kind} verifier "
                     "needs as its reference"
                 ) from None
             texts = [_safe_text(solution_strs[i]) for i in idx]
-            for i, result in zip(idx, verifier.verify_batch(texts, refs), strict=True):
+            results = _verify(verifier, texts, refs)
+            self._unjudged.add(results)
+            for i, result in zip(idx, results, strict=True):
                 scores[i] = verl_score(result, kind)
         return scores
 
@@ -320,20 +423,35 @@ class VerlScorer:
             self._verifiers.clear()
 
 
-def verl_score(result: VerifyResult, kind: str) -> dict[str, Any]:
+class VerlScore(dict):
+    """verl's dict result, which also answers `result[0]` with the score.
+
+    verl's naive, dapo and reward-loop managers read a dict (and stack its keys into
+    reward_extra_info); its PrimeRewardManager reads `float(result[0])` from anything that is
+    not a number. One return type serves both.
+    """
+
+    def __getitem__(self, key: Any) -> Any:
+        if key == 0 and not isinstance(key, bool):
+            return dict.__getitem__(self, "score")
+        return dict.__getitem__(self, key)
+
+
+def verl_score(result: VerifyResult, kind: str) -> VerlScore:
     """verl's dict form of a result; same keys and types every time so verl can stack them.
 
-    verl needs a number in "score", so an unjudged item scores 0.0 with judged=False.
+    verl needs a number in "score", so an unjudged item scores 0.0 with judged=False (and the
+    status says why: timeout, bad_reference ...).
     """
     judged = bool(result.judged)
-    return {
+    return VerlScore({
         "score": float(result.reward) if judged else 0.0,
         "acc": bool(result.correct),
         "pred": result.extracted or "",
         "status": result.status.value,
         "judged": judged,
         "kind": kind,
-    }
+    })
 
 
 _SCORERS: dict[str, VerlScorer] = {}
@@ -356,8 +474,8 @@ def compute_score(
     extra_info: Mapping[str, Any] | None = None,
     veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
     **_: Any,
-) -> dict[str, Any]:
-    """verl `custom_reward_function` entry point (NaiveRewardManager): score one response.
+) -> VerlScore:
+    """verl `custom_reward_function` entry point (naive, dapo, prime ...): score one response.
 
     `veristep_config` (from verl's `custom_reward_function.reward_kwargs`) maps a verifier kind
     to its keyword configuration, e.g. {"math": {"timeout": 3}}.
@@ -372,8 +490,8 @@ def compute_score_batch(
     extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
     veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
     **_: Any,
-) -> list[dict[str, Any]]:
-    """verl entry point for `reward_model.reward_manager=batch`: score a whole batch in parallel.
+) -> list[VerlScore]:
+    """verl entry point for its BatchRewardManager: score a whole batch in parallel.
 
     verl's offline evaluation passes data_sources=None; extra_info["veristep_kind"] then names
     the kind.
@@ -381,3 +499,24 @@ def compute_score_batch(
     if data_sources is None:
         data_sources = [""] * len(solution_strs)
     return _scorer(veristep_config).batch(data_sources, solution_strs, ground_truths, extra_infos)
+
+
+__all__ = [
+    "DATA_SOURCE_KINDS",
+    "TRLRewardFunction",
+    "UnknownDataSource",
+    "VerlScore",
+    "VerlScorer",
+    "compute_score",
+    "compute_score_batch",
+    "kind_for_data_source",
+    "trl_reward_func",
+    "verl_score",
+]
+
+if __name__ != _PACKAGE:
+    # Loaded by file path (verl's custom_reward_function.path) as a module of its own: hand out
+    # the installed package's objects instead, so that they pickle by reference (a process
+    # pool or Ray actor can import them) and share one set of verifiers with the package.
+    _installed = importlib.import_module(_PACKAGE)
+    globals().update({name: getattr(_installed, name) for name in __all__})

@@ -267,10 +267,14 @@ class FormatVerifier:
             references = [None] * len(completions)
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
-        specs = [self._spec(r) for r in references]
+        index_of: dict[FormatSpec, int] = {}  # each distinct spec travels once per chunk
+        items = [
+            (completion, index_of.setdefault(self._spec(r), len(index_of)))
+            for completion, r in zip(completions, references, strict=True)
+        ]
         if self._runner is None:
             self._runner = BatchRunner(self._verify_item, self.workers, self.timeout)
-        results = self._runner.run(list(zip(completions, specs, strict=True)))
+        results = self._runner.run(items, list(index_of))
         return [as_verify_result(r) for r in results]
 
     def close(self) -> None:
@@ -287,6 +291,5 @@ class FormatVerifier:
             )
         return self.spec.with_overrides(reference)
 
-    def _verify_item(self, item: tuple[str, FormatSpec]) -> VerifyResult:
-        completion, spec = item
+    def _verify_item(self, completion: str, spec: FormatSpec) -> VerifyResult:
         return self.verify(completion, spec)

@@ -2,7 +2,9 @@
 
 Each label is the mathematical truth, decided by hand, never by running a checker. Lines:
 {"id", "category", "completion", "answer", "label"}; label true means the completion's final
-answer equals the reference. Run: python tests/data/make_math_equiv_set.py
+answer equals the reference. A row with "extraction": "strict" is judged under marker-only
+extraction (MathVerifier(extraction="strict")); every other row under the default extraction.
+Ids are positions: new rows go at the end. Run: python tests/data/make_math_equiv_set.py
 """
 
 from __future__ import annotations
@@ -275,7 +277,7 @@ PAIRS: list[tuple[str, str, str, bool]] = [
 ]
 
 # Full completions: extraction, position, anti-gaming, letters, no answer.
-COMPLETIONS: list[tuple[str, str, str, bool]] = [
+COMPLETIONS: list[tuple[str, str, str, bool] | tuple[str, str, str, bool, str]] = [
     ("extraction", "First $\\boxed{12}$. Wait, I made an error; it is $\\boxed{14}$.", "14", True),
     ("extraction", "First $\\boxed{12}$. Wait, I made an error; it is $\\boxed{14}$.", "12", False),
     ("extraction", "Hence $x=5$.\n\nThe final answer is $5$.", "5", True),
@@ -318,7 +320,8 @@ COMPLETIONS: list[tuple[str, str, str, bool]] = [
     ("anti_gaming", "The answer is $3$ or $4$.", "4", False),
     ("anti_gaming", "$\\boxed{3 \\text{ or } 4}$", "4", False),
     ("anti_gaming", "$\\boxed{\\{1,2,3,4,5,6,7,8,9,10\\}}$", "7", False),
-    ("anti_gaming", "What is $6 \\times 7$? Let me restate: find $6 \\times 7$, which is 42 maybe.", "42", False),
+    # marker-only extraction finds no answer here; the default extraction reads 42 (see ISSUE16)
+    ("anti_gaming", "What is $6 \\times 7$? Let me restate: find $6 \\times 7$, which is 42 maybe.", "42", False, "strict"),
     ("anti_gaming", "Find the value of $x$ if $2x = 10$.", "5", False),
     ("anti_gaming", "x = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10; so $\\boxed{x \\in \\{1,...,10\\}}$", "4", False),
     ("anti_gaming", "Candidates: 5, 6, 7. The final answer is $\\boxed{7}$.", "6", False),
@@ -328,7 +331,7 @@ COMPLETIONS: list[tuple[str, str, str, bool]] = [
     # no answer at all
     ("no_answer", "", "5", False),
     ("no_answer", "I am not sure how to solve this.", "5", False),
-    ("no_answer", "We have 2 + 3 = 5 so the sum is five", "5", False),
+    ("no_answer", "We have 2 + 3 = 5 so the sum is five", "5", False, "strict"),
     ("no_answer", "$\\boxed{}$", "5", False),
     ("no_answer", "\\boxed{5", "5", False),
     ("no_answer", "<answer></answer>", "5", False),
@@ -365,6 +368,69 @@ def _adversarial() -> list[tuple[str, str, str, bool]]:
     ]
 
 
+# Issue 16: what a Math-Verify user expects, and the false-positive classes it found.
+ISSUE16: list[tuple[str, str, str, bool]] = [
+    # no marker: the final sentence's answer (the two strict rows above, read by default)
+    ("extraction", "What is $6 \\times 7$? Let me restate: find $6 \\times 7$, which is 42 maybe.", "42", True),
+    ("extraction", "We have 2 + 3 = 5 so the sum is five", "5", True),
+    ("extraction", "Therefore, $\\cos \\angle RPS = -\\frac{24}{25}$.", "-\\frac{24}{25}", True),
+    ("extraction", "Therefore, $\\cos \\angle RPS = \\frac{24}{25}$.", "-\\frac{24}{25}", False),
+    ("extraction", "x = 9", "9", True),
+    ("extraction", "x = 9", "3", False),
+    ("extraction", "So the area is \\(48\\) square units.", "48", True),
+    ("extraction", "So the area is \\(48\\) square units.", "46", False),
+    ("extraction", "Final Answer: The largest $n$ is 34.", "34", True),
+    ("extraction", "Final Answer: The largest $n$ is 34.", "35", False),
+    ("extraction", "There are 12 distinct sequences. I hope it is correct.", "12", True),
+    ("extraction", "The identity matrix is $ \\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix} $.",
+     "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}", True),
+    ("anti_gaming", "What is $6 \\times 7$?", "42", False),
+    ("anti_gaming", "AZYUK2A", "2", False),
+    # several boxes form one answer; a correction or a hedge does not
+    ("structure", "$$\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 2)}$$", "(2, 2), (6, 2)", True),
+    ("structure", "$$\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 3)}$$", "(2, 2), (6, 2)", False),
+    ("structure", "so $n = \\boxed{-2}$ \\quad \\text{and} \\quad $\\boxed{1}$.", "1,-2", True),
+    ("structure", "\\(\\boxed{1}\\) and \\(\\boxed{-2}\\).", "-2, 1", True),
+    ("extraction", "So $\\boxed{15\\frac{39}{40}}$, or $\\boxed{\\frac{639}{40}}$ pounds.", "\\frac{639}{40}", True),
+    ("extraction", "First $\\boxed{12}$ no wait, $\\boxed{14}$", "14", True),
+    ("anti_gaming", "$\\boxed{2}$ and $\\boxed{3}$", "3", False),
+    ("anti_gaming", "\\boxed{1} no no no no no \\boxed{2}", "1, 2", False),
+    # separators inside one answer
+    ("structure", "$$\\boxed{a_{37} = 19, \\quad a_3 = 2}$$", "a_3 = 2, a_{37} = 19", True),
+    ("structure", "$$\\boxed{(x, y) = (5, 8) \\quad \\text{and} \\quad (8, 5)}$$", "(5, 8), (8, 5)", True),
+    ("structure", "The numbers are $19, 46, \\text{ and } 82$.", "19, 46, and 82", True),
+    # percent words
+    ("percent", "$\\boxed{28 percent}$", "28\\%", True),
+    ("percent", "The loss is 28 percent.", "28\\%", True),
+    ("percent", "The loss is 27 percent.", "28\\%", False),
+    # commas: thousands, lists, decimal commas
+    ("integer", "is $\\boxed{32,\\! 349}$", "32349", True),
+    ("integer", "$\\boxed{12,345,678}$", "12345678", True),
+    ("anti_gaming", "is $\\boxed{32, 349}$", "32349", False),
+    ("anti_gaming", "$\\boxed{1, 234}$", "1234", False),
+    ("structure", "$\\boxed{-2,1}$", "-2,1", True),
+    ("decimal_ref", "1.22", "1,22", True),
+    ("decimal_ref", "1.23", "1,22", False),
+    ("decimal_ref", "0.111", "0,111", True),
+    ("decimal_ref", "Soucis : 2,74 $ a..", "2.74", True),
+    # times and ratios: never a division by zero
+    ("anti_gaming", "$12:00$", "1:00", False),
+    ("anti_gaming", "The meeting starts at $3:00$.", "5:00", False),
+    ("text", "The train leaves at 12:00.", "12:00", True),
+    ("fraction", "$\\boxed{7:32}$", "S_{MBCN}:S=7:32", True),
+    ("fraction", "$\\boxed{14:64}$", "7:32", True),
+    ("anti_gaming", "$\\boxed{\\frac{1}{0}}$", "\\frac{2}{0}", False),
+    # references as datasets ship them
+    ("integer", "The answer is $\\boxed{72}$.",
+     "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n#### 72", True),
+    ("integer", "The answer is $\\boxed{71}$.",
+     "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n#### 72", False),
+    ("integer", "#### 1,000", "So the total is 500 + 500 = 1000 dollars. #### 1000", True),
+    ("fraction", "The answer is $0.5$.", "Half of the marbles are red, so the fraction is $\\boxed{\\frac{1}{2}}$.", True),
+    ("fraction", "The answer is $0.25$.", "Half of the marbles are red, so the fraction is $\\boxed{\\frac{1}{2}}$.", False),
+]
+
+
 # How a bare predicted answer becomes a completion (cycled, so every category meets several).
 WRAPPERS = [
     "Solving step by step gives the result.\n\nTherefore, the answer is $\\boxed{{{a}}}$.",
@@ -383,8 +449,11 @@ def build() -> list[dict]:
         if cat in ("structure", "equation", "symbolic", "close_wrong", "complex") and "{a}" in wrapper and "boxed" not in wrapper:
             wrapper = WRAPPERS[0]  # prose or #### lines cannot carry commas and relations unambiguously
         rows.append({"category": cat, "completion": wrapper.format(a=pred), "answer": ref, "label": label})
-    for cat, completion, ref, label in COMPLETIONS + _adversarial():
-        rows.append({"category": cat, "completion": completion, "answer": ref, "label": label})
+    for cat, completion, ref, label, *mode in COMPLETIONS + _adversarial() + ISSUE16:
+        row = {"category": cat, "completion": completion, "answer": ref, "label": label}
+        if mode:
+            row["extraction"] = mode[0]
+        rows.append(row)
     for n, row in enumerate(rows):
         row["id"] = f"eq-{n:04d}"
     return rows

@@ -103,15 +103,18 @@ def test_cli_calibrate_writes_json_png_and_reusable_scores(tmp_path, test_data_d
     out, png, scores = tmp_path / "r.json", tmp_path / "r.png", tmp_path / "s.jsonl"
     args = ["prm", "calibrate", "--data", f"processbench:{test_data_dir / 'processbench'}",
             "--data", f"prmbench:{test_data_dir / 'prmbench'}", "--scorer", "rule",
-            "--bootstrap", "20", "--out", str(out), "--plot", str(png), "--save-scores", str(scores)]
+            "--bootstrap", "20", "-o", str(out), "--plot", str(png), "--save-scores", str(scores)]
     assert main(args) == 0
-    printed = capsys.readouterr().out
-    assert "processbench/overall" in printed and "traces/s" in printed
+    captured = capsys.readouterr()
+    assert "processbench/overall" in captured.out and "traces/s" in captured.out
+    assert "scoring 144 traces with rule" in captured.err  # a status line even without a terminal
+    assert "processbench (min step score): AUROC" in captured.out  # the verdict line
     report = json.loads(out.read_text())
+    assert report["data"] == ["processbench", "prmbench"]  # names, never a machine's paths
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The saved scores reproduce the same numbers through the precomputed scorer.
     again = tmp_path / "again.json"
-    args2 = [a if a != "rule" else f"scores:{scores}" for a in args[:-4]] + ["--out", str(again)]
+    args2 = [a if a != "rule" else f"scores:{scores}" for a in args[:-4]] + ["-o", str(again)]
     assert main(args2) == 0
     rerun = json.loads(again.read_text())
     for name in ("processbench/overall", "prmbench/overall"):
@@ -128,7 +131,7 @@ def test_cli_calibrate_generic_jsonl_and_limit(tmp_path, capsys):
     ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["prm", "calibrate", "--data", str(data), "--scorer", "rule", "--bootstrap", "5",
-                 "--out", str(tmp_path / "o.json")]) == 0
+                 "-o", str(tmp_path / "o.json")]) == 0
     r = json.loads((tmp_path / "o.json").read_text())["subsets"]["traces/overall"]
     assert r["auroc"]["min"]["value"] == 1.0
     assert main(["prm", "calibrate", "--data", str(data), "--scorer", "rule", "--limit", "2",
@@ -142,8 +145,9 @@ def test_cli_score_writes_spans_and_scores(tmp_path):
     src.write_text(json.dumps({"prompt": "q", "completion": "1+1=2\n\n2*2=5\n\ndone", "id": 7}) + "\n")
     assert main(["prm", "score", str(src), "--scorer", "rule", "-o", str(dst)]) == 0
     rec = json.loads(dst.read_text())
-    assert rec["id"] == 7 and rec["step_scores"] == [1.0, 0.0, 0.5]
-    assert rec["step_spans"] == [[0, 5], [7, 12], [14, 18]]
+    assert rec["id"] == 7 and rec["veristep"]["step_scores"] == [1.0, 0.0, 0.5]
+    assert rec["veristep"]["step_spans"] == [[0, 5], [7, 12], [14, 18]]
+    assert rec["veristep"]["scorer"] == "rule"
     # and the file is a valid precomputed-scores source
     stored = load_scorer(f"scores:{dst}")
     assert isinstance(stored, PrecomputedScorer)
@@ -152,7 +156,7 @@ def test_cli_score_writes_spans_and_scores(tmp_path):
         stored.score("q", "other")
     assert main(["prm", "score", str(src), "--scorer", "rule", "--separator", "\n",
                  "-o", str(dst)]) == 0
-    assert json.loads(dst.read_text())["step_scores"] == [1.0, 0.0, 0.5]
+    assert json.loads(dst.read_text())["veristep"]["step_scores"] == [1.0, 0.0, 0.5]
 
 
 def test_precomputed_validation(tmp_path):

@@ -171,15 +171,13 @@ def test_compute_score_loads_as_a_standalone_file_like_verl(exact_kind):
     assert [b["score"] for b in batch] == [1.0, 0.0]
 
 
-def test_verl_code_ground_truth_in_apps_format_becomes_stdin_tests():
+def test_verl_ground_truth_reaches_the_verifiers_parser_unchanged():
     record = adapters._reference_record(
         "code", '{"inputs": ["1 2\\n", ["3", "4"]], "outputs": ["3\\n", "7"]}', {"index": 0}
     )
-    assert record["language"] == "python" and record["index"] == 0
-    assert record["tests"] == [
-        {"stdin": "1 2\n", "stdout": "3\n"},
-        {"stdin": "3\n4", "stdout": "7"},
-    ]
+    # the code verifier's own reference_from_record reads APPS, MBPP ... (one parser per kind)
+    assert record["inputs"] == ["1 2\n", ["3", "4"]] and record["outputs"] == ["3\n", "7"]
+    assert record["index"] == 0 and "tests" not in record
     math_record = adapters._reference_record("math", "[1, 2]", {"answer": "long solution"})
     assert math_record["answer"] == "[1, 2]"  # intervals stay text, extra_info's answer is replaced
     tools_record = adapters._reference_record("tools", '[{"name": "f", "arguments": {}}]', None)
@@ -191,6 +189,10 @@ def test_verl_math():
     wrong = compute_score("lighteval/MATH", "$\\boxed{\\frac{1}{3}}$", "\\frac{1}{2}")
     assert right["score"] == 1.0 and right["acc"] is True and right["pred"]
     assert wrong["score"] == 0.0 and wrong["status"] == "wrong"
+    # Unusable ground truths are unjudged, never a silent wrong answer (None is not "None").
+    for truth in (None, "", "   "):
+        missing = compute_score("openai/gsm8k", "$\\boxed{18}$", truth)
+        assert missing["status"] == "bad_reference" and missing["judged"] is False, truth
 
 
 def test_trl_math():
@@ -233,8 +235,9 @@ def _grpo_run(model_dir: Path, out_dir: Path, reward_func, dataset_rows: list[di
     return trainer
 
 
+@pytest.mark.parametrize("conversational", [True, False])
 def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
-    tiny_model_dir, tmp_path, exact_kind
+    tiny_model_dir, tmp_path, exact_kind, conversational
 ):
     pytest.importorskip("trl")
     seen = []
@@ -246,10 +249,12 @@ def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
         return rewards
 
     recording.__name__ = veristep_reward.__name__
-    # Conversational prompts; odd rows have no reference, so veristep cannot judge them (None).
+    # Conversational prompts go through the tokenizer's chat template, plain ones as they are;
+    # odd rows have no reference, so veristep cannot judge them (None).
     rows = [
         {
-            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}] if conversational
+            else f"What is {i} + {i}? Answer: ",
             "answer": str(2 * i) if i % 2 == 0 else None,
         }
         for i in range(8)
@@ -258,7 +263,10 @@ def test_trl_grpo_trainer_runs_two_steps_with_veristep_rewards(
     assert trainer.state.global_step == 2
     assert len(seen) == 2
     for completions, answers, rewards in seen:
-        assert all(isinstance(c, list) and c[0]["role"] == "assistant" for c in completions)
+        if conversational:
+            assert all(isinstance(c, list) and c[0]["role"] == "assistant" for c in completions)
+        else:
+            assert all(isinstance(c, str) for c in completions)
         assert len(rewards) == len(completions) == len(answers) == 4
         assert all((r is None) == (a is None) for r, a in zip(rewards, answers, strict=True))
     logs = [h for h in trainer.state.log_history if "veristep_exact/unjudged_frac" in h]
@@ -302,13 +310,31 @@ _WEATHER_TOOLS = [
 ]
 
 
-def test_verl_code_apps_ground_truth():
+@pytest.mark.parametrize(
+    "truth",
+    [
+        {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]},  # APPS
+        {"tests": [{"stdin": "1 2\n", "stdout": "3\n"}]},  # veristep's own format
+    ],
+)
+def test_verl_code_ground_truth_gets_the_same_verdict_as_the_api(truth):
+    """verl passes ground truth through to the code verifier's parser: same verdict as the API."""
+    from veristep.verifiers import get_verifier
+
     program = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-    truth = '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}'
-    right = compute_score("codecontests", program, truth)
-    wrong = compute_score("apps", program.replace("a + b", "a * b"), truth)
-    assert right["score"] == 1.0 and right["kind"] == "code" and right["status"] == "correct"
-    assert wrong["score"] < 1.0 and not wrong["acc"]
+    api_verifier = get_verifier("code", workers=1)
+    for text in (program, program.replace("a + b", "a * b")):
+        try:
+            api = api_verifier.verify(text, api_verifier.reference_from_record(dict(truth))).status.value
+        except (KeyError, ValueError):
+            api = "refused"
+        try:
+            verl = compute_score("apps", text, json.dumps(truth))
+            assert verl["kind"] == "code"
+            verl_status = verl["status"]
+        except ValueError:
+            verl_status = "refused"
+        assert verl_status == api
 
 
 def test_verl_and_trl_tools():

@@ -1,4 +1,13 @@
-"""Streaming JSONL input and output for the command-line runners, with one-line errors."""
+"""JSONL input and output for every `veristep` command: one error contract.
+
+- A line that cannot be read (not UTF-8, bad JSON, not an object) is a `Record` with `error`
+  set, so the command gives that line an error record or one `FILE:LINE: what` message and goes
+  on with the next line; nothing read before or after it is lost.
+- Paths are checked before any work starts (`check_input`, `check_output`): a mistake there is
+  a `UsageError` (exit code 2), never a failure after an hour of verification.
+- Every row is written (`JsonlWriter`): text that UTF-8 cannot carry (a lone surrogate read from
+  a JSON escape) is written back as that escape, and each batch is flushed.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +15,26 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 STDIO = "-"
+
+#: Exit codes shared by every command: done, some data could not be processed, bad usage.
+EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(ValueError):
+    """A mistake in the command line found before any work starts (exit code 2)."""
 
 
 class InputError(ValueError):
     """Unreadable input: its message is one line naming the file, the line and the reason."""
 
     def __init__(self, path: str | Path, line_no: int | None, reason: str) -> None:
-        self.path = "<stdin>" if str(path) == STDIO else str(path)
+        self.path = display_name(path)
         self.line_no = line_no
         self.reason = reason
         where = f"{self.path}:{line_no}" if line_no is not None else self.path
@@ -31,14 +47,58 @@ class OutputError(OSError):
 
 @dataclass
 class Record:
-    """One JSON object read from a JSONL file, with the 1-based line it came from."""
+    """One line of a JSONL file: the object it holds, or why it holds none."""
 
     line_no: int
-    data: dict[str, Any]
+    data: dict[str, Any] = field(default_factory=dict)
+    #: Why the line is not a JSON object (then `data` is empty); None for a good line.
+    error: str | None = None
+
+
+def display_name(path: str | Path) -> str:
+    """How messages name a path ("<stdin>" for "-")."""
+    return "<stdin>" if str(path) == STDIO else str(path)
+
+
+def check_input(path: str | Path) -> None:
+    """Raise UsageError unless `path` is "-" (stdin) or a readable file."""
+    if str(path) == STDIO:
+        return
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file")
+    if p.is_dir():
+        raise UsageError(f"{path}: is a folder, not a JSONL file")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{path}: not readable (permission denied)")
+
+
+def check_output(
+    path: str | Path | None, flag: str = "--output", inputs: Iterable[str | Path] = ()
+) -> None:
+    """Raise UsageError unless `path` can be written: not a folder, not an input, writable."""
+    if path is None or str(path) == STDIO:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    for source in inputs:
+        if str(source) != STDIO and Path(source).exists() and p.exists() and p.samefile(source):
+            raise UsageError(f"{flag} {path}: is an input file; it would be overwritten while read")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:  # created on write
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable (permission denied)")
 
 
 def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
-    """Yield the JSON objects of a JSONL file one by one; raise InputError on the first bad line."""
+    """Yield every non-blank line of a JSONL file (at most `limit`), bad lines as errors.
+
+    Only a file that cannot be opened raises (InputError); check_input catches that earlier.
+    """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     try:
@@ -55,33 +115,69 @@ def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise InputError(path, line_no, f"not UTF-8 text ({err.reason})") from None
+                count += 1
+                yield Record(line_no, error=f"not UTF-8 text ({err.reason})")
+                continue
             if not line.strip():
                 continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(
-                    path, line_no, f"bad JSON ({err.msg} at column {err.colno})"
-                ) from None
-            if not isinstance(data, dict):
-                raise InputError(
-                    path, line_no, f"expected a JSON object, got {type(data).__name__}"
-                )
             count += 1
+            try:
+                data = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as err:
+                yield Record(line_no, error=f"bad JSON ({err.msg} at column {err.colno})")
+                continue
+            except RecursionError:
+                yield Record(line_no, error="bad JSON (nested too deeply)")
+                continue
+            if not isinstance(data, dict):
+                yield Record(line_no, error=f"expected a JSON object, got {type(data).__name__}")
+                continue
             yield Record(line_no, data)
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
 
 
-def require(record: Record, key: str, path: str | Path) -> Any:
-    """Return `record.data[key]` or raise InputError naming the missing key and the line."""
-    try:
-        return record.data[key]
-    except KeyError:
-        keys = ", ".join(sorted(record.data)) or "none"
-        raise InputError(path, record.line_no, f"missing key {key!r} (keys: {keys})") from None
+def missing_key(record: Record, key: str) -> str:
+    """The message for a line without `key`: which key, and which keys the line has."""
+    keys = ", ".join(sorted(map(str, record.data))) or "none"
+    return f"missing key {key!r} (keys: {keys})"
+
+
+class LineMessages:
+    """One-line messages about input lines (`PROG: warning: FILE:LINE: what`) on stderr.
+
+    The first `shown` are printed as they happen, the rest only counted, so a broken file
+    cannot flood the terminal; `finish()` says how many were not shown.
+    """
+
+    def __init__(
+        self, prog: str, shown: int = 10, stream: IO[str] | None = None, quiet: bool = False
+    ) -> None:
+        self.prog = prog
+        self.shown = shown
+        self.stream = stream
+        self.quiet = quiet  # count only (e.g. on every rank but one)
+        self.count = 0
+
+    def add(self, path: str | Path, line_no: int | None, what: str) -> None:
+        """Report one bad line (printed while fewer than `shown` have been)."""
+        self.count += 1
+        if self.count <= self.shown:
+            where = display_name(path) + (f":{line_no}" if line_no is not None else "")
+            self.say(f"warning: {where}: {what}")
+
+    def say(self, message: str) -> None:
+        """Print one line prefixed with the program name."""
+        if self.quiet:
+            return
+        print(f"{self.prog}: {message}", file=self.stream or sys.stderr)
+
+    def finish(self) -> None:
+        """Say how many messages were counted but not printed."""
+        hidden = self.count - self.shown
+        if hidden > 0:
+            self.say(f"warning: {hidden} more bad line{'s' if hidden > 1 else ''} not shown")
 
 
 def _json_safe(value: Any) -> Any:
@@ -100,23 +196,44 @@ def dumps_line(data: dict[str, Any]) -> str:
     return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
 
 
+def encode_line(data: dict[str, Any]) -> bytes:
+    """One output record as UTF-8 bytes ending in a newline; never fails on odd text.
+
+    A lone surrogate (legal in a JSON `\\ud800` escape, illegal in UTF-8) is written back as
+    the escape it was read from, so that row survives byte for byte and the others are kept.
+    """
+    text = dumps_line(data)
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        escaped = json.dumps(_json_safe(data), ensure_ascii=True, allow_nan=False, default=str)
+        return (escaped + "\n").encode("ascii")
+
+
 class JsonlWriter:
-    """Append JSON lines to a file (or stdout for "-"), flushing after every batch."""
+    """Write JSON lines to a file (or stdout for "-"), flushing after every batch.
+
+    The file is opened (and so created) at construction, before any work is done.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != STDIO:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._handle: IO[str] = (
-            sys.stdout if self.path == STDIO else open(self.path, "w", encoding="utf-8")
-        )
+        if self.path == STDIO:
+            sys.stdout.flush()
+            self._handle: IO[bytes] = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
+        else:
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self._handle = open(self.path, "wb")
+            except OSError as err:
+                raise OutputError(f"cannot write {self.path}: {err.strerror or err}") from None
         self.written = 0
 
     def write_many(self, rows: list[dict[str, Any]]) -> None:
         """Write rows, one JSON object per line, and flush so a later crash loses none of them."""
         try:
             if rows:
-                self._handle.write("".join(dumps_line(row) + "\n" for row in rows))
+                self._handle.write(b"".join(encode_line(row) for row in rows))
                 self.written += len(rows)
             self._handle.flush()
         except BrokenPipeError:
@@ -132,16 +249,19 @@ class JsonlWriter:
     def _silence_stdout(self) -> None:
         # `veristep verify ... | head`: point stdout at /dev/null so the interpreter's final
         # flush does not print a second BrokenPipeError traceback.
-        if self._handle is sys.stdout:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+        if self.path == STDIO:
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):  # no real file descriptor (captured in tests)
+                pass
 
     def close(self) -> None:
         """Flush and close the file (stdout is flushed, not closed); never raises."""
         try:
             self._handle.flush()
-            if self._handle is not sys.stdout:
+            if self.path != STDIO:
                 self._handle.close()
         except BrokenPipeError:
             self._silence_stdout()
@@ -153,3 +273,55 @@ class JsonlWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _TextSink:
+    """A bytes-accepting front for a text stream without `.buffer` (an in-memory stdout)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        return self.stream.write(data.decode("utf-8"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Never close the wrapped stream."""
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether `stream` is an interactive terminal (progress bars are drawn only there)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(callable(isatty) and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def progress_bar(
+    total: int | None, *, enabled: bool = True, unit: str = "item", desc: str | None = None
+) -> Any:
+    """A tqdm bar on stderr when enabled and stderr is a terminal; None otherwise.
+
+    Logs and pipes get no bar (and the commands' one-line summaries instead).
+    """
+    if not enabled or not is_terminal(sys.stderr):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True)
+
+
+def require_module(module: str, extra: str, what: str) -> None:
+    """Raise UsageError naming the install command when an optional extra is missing.
+
+    Called before any work, so a run never fails at the end for want of a plotting library.
+    """
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{what} needs {module}: pip install 'veristep[{extra}]'") from None

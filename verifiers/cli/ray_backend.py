@@ -8,7 +8,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..core.result import VerifyResult
-from .runner import Item
+from .jsonl_io import UsageError
+from .runner import Item, close_verifier, merge, pending, safe_verify_batch
 
 
 class _VerifierActor:
@@ -18,23 +19,19 @@ class _VerifierActor:
         self.verifier = verifier_cls(**config)
 
     def verify_batch(self, completions: list[str], references: list[Any]) -> list[VerifyResult]:
-        """Verify one batch with the actor's verifier."""
-        return self.verifier.verify_batch(completions, references)
+        """Verify one batch with the actor's verifier; a raising item costs only itself."""
+        return safe_verify_batch(self.verifier, completions, references)
 
     def close(self) -> None:
         """Shut the verifier's own pool before the actor goes away."""
-        close = getattr(self.verifier, "close", None)
-        if callable(close):
-            close()
+        close_verifier(self.verifier)
 
 
 def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ValueError(
-            "--backend ray needs Ray: pip install 'veristep[ray]' (or pip install ray)"
-        ) from None
+        raise UsageError("--backend ray needs ray: pip install 'veristep[ray]'") from None
     return ray
 
 
@@ -65,25 +62,28 @@ class RayBackend:
         self._max_inflight = max(1, inflight_per_actor) * count
 
     def run(self, batches: Iterable[list[Item]]) -> Iterator[tuple[list[Item], list[VerifyResult]]]:
-        """Submit batches round-robin and yield results in input order as they complete."""
-        pending: deque = deque()
+        """Submit batches round-robin and yield results in input order as they complete.
+
+        Only the items that still need the verifier travel to an actor.
+        """
+        inflight: deque = deque()
         source = iter(batches)
         targets = itertools.cycle(self.actors)
 
         def fill() -> None:
-            while len(pending) < self._max_inflight:
+            while len(inflight) < self._max_inflight:
                 batch = next(source, None)
                 if batch is None:
                     return
-                ref = next(targets).verify_batch.remote(
-                    [item.completion for item in batch], [item.reference for item in batch]
-                )
-                pending.append((batch, ref))
+                idx, completions, references = pending(batch)
+                ref = next(targets).verify_batch.remote(completions, references) if idx else None
+                inflight.append((batch, idx, ref))
 
         fill()
-        while pending:
-            batch, ref = pending.popleft()
-            yield batch, self._ray.get(ref)
+        while inflight:
+            batch, idx, ref = inflight.popleft()
+            results = self._ray.get(ref) if ref is not None else []
+            yield batch, merge(batch, idx, results)
             fill()
 
     def close(self) -> None:

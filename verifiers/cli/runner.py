@@ -1,72 +1,148 @@
-"""Verify a JSONL file in streamed batches: read, verify, write, summarise (used by the CLI)."""
+"""Verify a JSONL file in streamed batches: read, verify, write, summarise (used by the CLI).
+
+Every input line gives exactly one output line, in input order: the input object unchanged
+plus one `veristep` key holding the result. A line that cannot be verified as given still gets
+its line, with status `input_error` (unreadable line, no completion) or `bad_reference` (the
+verifier's `reference_from_record` cannot read a reference from it); neither is a verdict.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.result import Verifier, VerifyResult
+from ..core.result import Status, Verifier, VerifyResult
 from ..core.text import completion_text
-from .jsonl_io import STDIO, InputError, JsonlWriter, OutputError, Record, iter_jsonl, require
+from .jsonl_io import (
+    STDIO,
+    JsonlWriter,
+    LineMessages,
+    OutputError,
+    Record,
+    display_name,
+    iter_jsonl,
+    missing_key,
+)
+
+#: The one key an output line adds to its input line; an earlier result under it is replaced.
+RESULT_KEY = "veristep"
+#: Marks a result made because the verifier raised (a bug in it, never the model's fault).
+RAISED_KEY = "verifier_raised"
 
 
 @dataclass
 class Item:
-    """One input record ready to verify: its line, its fields, completion text and reference."""
+    """One input line: its record, completion text and reference, or the result it already has.
+
+    `result` is set when the line cannot go to the verifier (input error, unreadable reference).
+    """
 
     record: Record
-    completion: str
-    reference: Any
+    completion: str = ""
+    reference: Any = None
+    result: VerifyResult | None = None
 
 
-@dataclass
-class RunSummary:
-    """What one run did: counts per status, reward total, wall time, and the error that stopped it."""
+def _unjudged(status: Status, detail: str) -> VerifyResult:
+    return VerifyResult(0.0, False, status, detail=detail)
 
-    kind: str
-    status_counts: Counter = field(default_factory=Counter)
-    reward_sum: float = 0.0
-    judged: int = 0
-    elapsed_s: float = 0.0
-    error: str | None = None
 
-    @property
-    def total(self) -> int:
-        """Number of items verified and written."""
-        return sum(self.status_counts.values())
+def make_item(record: Record, verifier: Verifier, completion_key: str = "completion") -> Item:
+    """Turn one record into an item; the reference is read only by `reference_from_record`."""
+    if record.error is not None:
+        return Item(record, result=_unjudged(Status.INPUT_ERROR, record.error))
+    if completion_key not in record.data:
+        return Item(record, result=_unjudged(Status.INPUT_ERROR, missing_key(record, completion_key)))
+    try:
+        completion = completion_text(record.data[completion_key])
+    except TypeError as err:
+        return Item(record, result=_unjudged(Status.INPUT_ERROR, f"key {completion_key!r}: {err}"))
+    if not _is_unicode(completion):
+        detail = f"key {completion_key!r}: not valid Unicode text (a lone surrogate escape)"
+        return Item(record, result=_unjudged(Status.INPUT_ERROR, detail))
+    try:
+        reference = verifier.reference_from_record(record.data)
+    except KeyError as err:
+        key = str(err.args[0]) if err.args else "?"
+        detail = f"no reference: {missing_key(record, key)}"
+        return Item(record, completion, result=_unjudged(Status.BAD_REFERENCE, detail))
+    except (TypeError, ValueError) as err:
+        return Item(record, completion, result=_unjudged(Status.BAD_REFERENCE, str(err)[:300]))
+    except Exception as err:  # noqa: BLE001 - a bug in the verifier's reader, reported per line
+        detail = f"reference_from_record raised {type(err).__name__}: {err}"[:300]
+        result = VerifyResult(0.0, False, Status.INTERNAL_ERROR, detail, extra={RAISED_KEY: True})
+        return Item(record, completion, result=result)
+    return Item(record, completion, reference)
 
-    @property
-    def mean_reward(self) -> float:
-        """Mean reward over every written item (0.0 when there are none)."""
-        return self.reward_sum / self.total if self.total else 0.0
 
-    @property
-    def items_per_s(self) -> float:
-        """Throughput of the whole run, reading and writing included."""
-        return self.total / self.elapsed_s if self.elapsed_s > 0 else 0.0
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
-    def add(self, results: Sequence[VerifyResult]) -> None:
-        """Count a batch of results."""
-        for result in results:
-            self.status_counts[result.status.value] += 1
-            self.reward_sum += float(result.reward)
-            self.judged += bool(result.judged)
 
-    def table(self) -> str:
-        """A plain-text summary: header line, then one row per status, most frequent first."""
-        lines = [
-            f"veristep verify {self.kind}: {self.total} items in {self.elapsed_s:.2f} s "
-            f"({self.items_per_s:.1f} items/s), mean reward {self.mean_reward:.4f}, "
-            f"unjudged {self.total - self.judged}",
-            f"  {'status':<18}{'count':>8}{'share':>9}",
-        ]
-        for status, count in self.status_counts.most_common():
-            lines.append(f"  {status:<18}{count:>8}{count / self.total:>9.1%}")
-        return "\n".join(lines)
+def read_items(
+    path: str | Path,
+    verifier: Verifier,
+    *,
+    completion_key: str = "completion",
+    limit: int | None = None,
+) -> Iterator[Item]:
+    """Yield one item per non-blank input line, in order; bad lines included, as results."""
+    for record in iter_jsonl(path, limit=limit):
+        yield make_item(record, verifier, completion_key)
+
+
+def safe_verify_batch(
+    verifier: Verifier, completions: Sequence[str], references: Sequence[Any]
+) -> list[VerifyResult]:
+    """`verify_batch`, but an exception costs only the items that raise, never the batch.
+
+    When the batch call raises (or returns the wrong number of results) each item is verified
+    alone. An item on which the verifier raises ValueError or TypeError had a reference it
+    rejects (verifiers raise those for bad configuration, never for model output): it is
+    `bad_reference`. Any other exception is a bug in the verifier: `internal_error`, marked
+    with `verifier_raised`.
+    """
+    if not completions:
+        return []
+    try:
+        results = list(verifier.verify_batch(list(completions), list(references)))
+        if len(results) == len(completions):
+            return results
+    except Exception:  # noqa: BLE001 - retried item by item below to find the culprit
+        pass
+    out = []
+    for completion, reference in zip(completions, references, strict=True):
+        try:
+            (result,) = verifier.verify_batch([completion], [reference])
+        except (ValueError, TypeError) as err:
+            result = _unjudged(Status.BAD_REFERENCE, f"the verifier rejected it: {err}"[:300])
+        except Exception as err:  # noqa: BLE001 - a verifier bug, reported on its own line
+            detail = f"the verifier raised {type(err).__name__}: {err}"[:300]
+            result = VerifyResult(0.0, False, Status.INTERNAL_ERROR, detail, extra={RAISED_KEY: True})
+        out.append(result)
+    return out
+
+
+def pending(batch: Sequence[Item]) -> tuple[list[int], list[str], list[Any]]:
+    """Positions, completions and references of the items that still need the verifier."""
+    idx = [i for i, item in enumerate(batch) if item.result is None]
+    return idx, [batch[i].completion for i in idx], [batch[i].reference for i in idx]
+
+
+def merge(batch: Sequence[Item], idx: Sequence[int], results: Sequence[VerifyResult]) -> list[VerifyResult]:
+    """Every item's result: the verifier's where it ran, the item's own elsewhere."""
+    merged: list[VerifyResult | None] = [item.result for item in batch]
+    for i, result in zip(idx, results, strict=True):
+        merged[i] = result
+    return merged  # type: ignore[return-value]
 
 
 class Backend(Protocol):
@@ -88,78 +164,136 @@ class LocalBackend:
         self.verifier = verifier
 
     def run(self, batches: Iterable[list[Item]]) -> Iterator[tuple[list[Item], list[VerifyResult]]]:
-        """Verify batch after batch with `verify_batch`."""
+        """Verify batch after batch; items that already have a result are not sent."""
         for batch in batches:
-            yield (
-                batch,
-                self.verifier.verify_batch(
-                    [item.completion for item in batch], [item.reference for item in batch]
-                ),
-            )
+            idx, completions, references = pending(batch)
+            yield batch, merge(batch, idx, safe_verify_batch(self.verifier, completions, references))
 
     def close(self) -> None:
         """Shut the verifier's worker pool if it has one."""
-        close = getattr(self.verifier, "close", None)
-        if callable(close):
-            close()
+        close_verifier(self.verifier)
 
 
-def read_items(
-    path: str | Path,
-    verifier: Verifier,
-    *,
-    completion_key: str = "completion",
-    limit: int | None = None,
-) -> Iterator[Item]:
-    """Yield verifiable items from a JSONL file; raise InputError on a bad line or missing key."""
-    for record in iter_jsonl(path, limit=limit):
-        raw = require(record, completion_key, path)
-        try:
-            completion = completion_text(raw)
-        except TypeError as err:
-            raise InputError(path, record.line_no, f"key {completion_key!r}: {err}") from None
-        try:
-            reference = verifier.reference_from_record(record.data)
-        except KeyError as err:
-            key = err.args[0] if err.args else "?"
-            keys = ", ".join(sorted(record.data)) or "none"
-            raise InputError(
-                path, record.line_no, f"missing key {key!r} for the reference (keys: {keys})"
-            ) from None
-        except (TypeError, ValueError) as err:
-            raise InputError(path, record.line_no, f"bad reference: {err}") from None
-        yield Item(record, completion, reference)
+def close_verifier(verifier: Any) -> None:
+    """Call `verifier.close()` when it has one (worker pools, sandboxes); None is fine."""
+    close = getattr(verifier, "close", None)
+    if callable(close):
+        close()
 
 
-def batched(
-    items: Iterator[Item], size: int, on_error: Callable[[InputError], None]
-) -> Iterator[list[Item]]:
-    """Group items into lists of `size`; on an InputError yield what was read, report, and stop."""
+def chunks(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """Group items into lists of `size` (the last one shorter)."""
+    if size < 1:
+        raise ValueError(f"batch size must be >= 1, got {size}")
     batch: list[Item] = []
-    try:
-        for item in items:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
-    except InputError as err:
-        on_error(err)
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
     if batch:
         yield batch
 
 
-#: Result fields a verifier sets on some items and not on others (`detail` only when there is
-#: one, `numeric_close` only when true). An input line that was verified before loses its old
-#: values, so a re-verified line never mixes a fresh status with a stale field.
-PREVIOUS_RESULT_KEYS = frozenset(
-    {"reward", "correct", "status", "extracted", "detail", "numeric_close"}
-)
+def output_row(kind: str, item: Item, result: VerifyResult) -> dict[str, Any]:
+    """An output line: the input object unchanged, plus the result under `veristep`.
+
+    The result never overwrites an input field, so the output verifies again with the same
+    result (an earlier `veristep` key is the only thing replaced).
+    """
+    row = {k: v for k, v in item.record.data.items() if k != RESULT_KEY}
+    fields = result.to_record()
+    fields.pop(RAISED_KEY, None)
+    record = {"kind": kind, **{k: v for k, v in fields.items() if k != "kind"}}
+    if result.status is Status.INPUT_ERROR:
+        record["line"] = item.record.line_no  # the only way to find an unreadable line again
+    row[RESULT_KEY] = record
+    return row
 
 
-def output_row(item: Item, result: VerifyResult) -> dict[str, Any]:
-    """An output line: the input keys (less earlier results), then the verifier's record fields."""
-    kept = {k: v for k, v in item.record.data.items() if k not in PREVIOUS_RESULT_KEYS}
-    return {**kept, **result.to_record()}
+def result_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The result fields of an output line (a line written by other tools keeps them on top)."""
+    nested = row.get(RESULT_KEY)
+    return nested if isinstance(nested, dict) else row
+
+
+@dataclass
+class RunSummary:
+    """What one run did: counts per status, rewards, notable lines, and a fatal output error."""
+
+    kind: str
+    status_counts: Counter = field(default_factory=Counter)
+    judged: int = 0
+    judged_reward_sum: float = 0.0
+    raised: int = 0
+    unjudged_counts: Counter = field(default_factory=Counter)
+    first_line: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def total(self) -> int:
+        """Number of lines written."""
+        return sum(self.status_counts.values())
+
+    @property
+    def unjudged(self) -> int:
+        """Lines without a verdict (timeouts, bad references, input errors, checker errors)."""
+        return self.total - self.judged
+
+    @property
+    def input_errors(self) -> int:
+        """Lines that could not be read as an item."""
+        return self.status_counts.get(Status.INPUT_ERROR.value, 0)
+
+    @property
+    def bad_references(self) -> int:
+        """Lines whose reference the verifier cannot use."""
+        return self.status_counts.get(Status.BAD_REFERENCE.value, 0)
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean reward over judged lines (an unjudged line is no verdict, not a zero)."""
+        return self.judged_reward_sum / self.judged if self.judged else 0.0
+
+    @property
+    def items_per_s(self) -> float:
+        """Throughput of the whole run, reading and writing included."""
+        return self.total / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def failed(self) -> bool:
+        """Whether the run must exit 1: unreadable lines, a raising verifier, or lost output."""
+        return bool(self.error or self.input_errors or self.raised)
+
+    def add(self, batch: Sequence[Item], results: Sequence[VerifyResult]) -> None:
+        """Count a batch of results."""
+        for item, result in zip(batch, results, strict=True):
+            status = result.status.value
+            self.status_counts[status] += 1
+            self.first_line.setdefault(status, item.record.line_no)
+            if result.judged:
+                self.judged += 1
+                self.judged_reward_sum += float(result.reward)
+            else:
+                self.unjudged_counts[status] += 1
+            if result.extra.get(RAISED_KEY):
+                self.raised += 1
+                self.first_line.setdefault(RAISED_KEY, item.record.line_no)
+
+    def table(self) -> str:
+        """A plain-text summary: totals, judged vs unjudged, then one row per status."""
+        parts = ", ".join(f"{s} {n}" for s, n in self.unjudged_counts.most_common())
+        lines = [
+            f"veristep verify {self.kind}: {self.total} items in {self.elapsed_s:.2f} s "
+            f"({self.items_per_s:.1f} items/s)",
+            f"  judged {self.judged}, mean reward {self.mean_reward:.4f} over judged items; "
+            f"unjudged {self.unjudged}" + (f" ({parts})" if parts else ""),
+            f"  {'status':<18}{'count':>8}{'share':>9}",
+        ]
+        for status, count in self.status_counts.most_common():
+            lines.append(f"  {status:<18}{count:>8}{count / self.total:>9.1%}")
+        return "\n".join(lines)
 
 
 def count_lines(path: str | Path) -> int | None:
@@ -173,38 +307,62 @@ def count_lines(path: str | Path) -> int | None:
         return None
 
 
+class RunNotices:
+    """The messages of one run: each unreadable line, and one warning per kind of trouble."""
+
+    def __init__(self, path: str | Path, messages: LineMessages) -> None:
+        self.path = path
+        self.messages = messages
+        self._warned: set[str] = set()
+
+    def see(self, batch: Sequence[Item], results: Sequence[VerifyResult]) -> None:
+        """Report what this batch adds: input errors by line, first bad reference, first crash."""
+        for item, result in zip(batch, results, strict=True):
+            line = item.record.line_no
+            if result.status is Status.INPUT_ERROR:
+                self.messages.add(self.path, line, result.detail)
+            elif result.status is Status.BAD_REFERENCE and "bad_reference" not in self._warned:
+                self._warned.add("bad_reference")
+                self.messages.say(
+                    f"warning: {display_name(self.path)}:{line}: unusable reference "
+                    f"({result.detail or 'the verifier cannot read it'}); such lines are "
+                    "unjudged (status bad_reference), not wrong; the summary counts them"
+                )
+            elif result.extra.get(RAISED_KEY) and "raised" not in self._warned:
+                self._warned.add("raised")
+                self.messages.say(
+                    f"warning: {display_name(self.path)}:{line}: {result.detail}; such lines "
+                    "are internal_error in the output"
+                )
+
+
 def run_verify(
     kind: str,
-    items: Iterator[Item],
+    items: Iterable[Item],
     backend: Backend,
     writer: JsonlWriter,
     *,
     batch_size: int = 256,
     progress: Any = None,
+    notices: RunNotices | None = None,
 ) -> RunSummary:
-    """Stream items through the backend into the writer; never lose a result already computed."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    """Stream items through the backend into the writer; every line read gets a line written."""
     summary = RunSummary(kind)
     start = time.perf_counter()
-
-    def stop_reading(err: InputError) -> None:
-        summary.error = str(err)
-
     try:
-        for batch, results in backend.run(batched(items, batch_size, stop_reading)):
-            if len(results) != len(batch):
-                raise RuntimeError(
-                    f"verifier returned {len(results)} results for {len(batch)} items"
-                )
-            writer.write_many([output_row(i, r) for i, r in zip(batch, results, strict=True)])
-            summary.add(results)
+        for batch, results in backend.run(chunks(items, batch_size)):
+            writer.write_many(
+                [output_row(kind, i, r) for i, r in zip(batch, results, strict=True)]
+            )
+            summary.add(batch, results)
+            if notices is not None:
+                notices.see(batch, results)
             if progress is not None:
                 progress.update(len(batch))
     except OutputError as err:
         summary.error = str(err)
-    except Exception as err:  # a verifier bug: keep what was written, report one line
-        summary.error = summary.error or f"verifier failed: {type(err).__name__}: {err}"
+    except Exception as err:  # noqa: BLE001 - e.g. a Ray actor died: keep what was written
+        summary.error = f"verification stopped: {type(err).__name__}: {err}"
     finally:
         writer.close()
         summary.elapsed_s = time.perf_counter() - start

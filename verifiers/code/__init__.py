@@ -1,19 +1,20 @@
-"""Code verification: extract the program, run it against I/O tests in a sandbox, compare."""
+"""Code verification: extract the program, run it against its tests in a sandbox, compare."""
 
+from .reference import BadReference, CodeReference, IOTest, parse_reference
 from .sandbox import Isolation, Limits, Sandbox, SandboxError, SandboxUnavailable
 from .verifier import (
     LANGUAGES,
-    CodeReference,
     CodeVerifier,
-    IOTest,
     Language,
+    classify_step,
     extract_code,
+    looks_like_prose,
     outputs_match,
-    parse_reference,
 )
 
 __all__ = [
     "LANGUAGES",
+    "BadReference",
     "CodeReference",
     "CodeVerifier",
     "IOTest",
@@ -23,7 +24,9 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxUnavailable",
+    "classify_step",
     "extract_code",
+    "looks_like_prose",
     "outputs_match",
     "parse_reference",
 ]

@@ -1,31 +1,35 @@
 """Run untrusted programs isolated and resource-limited: bubblewrap, or rlimits-only on opt-in.
 
-One `SandboxSession` is one sandbox (one bubblewrap container, or one unprivileged process
-tree) with a supervisor inside (verifiers/code/supervisor.py) that runs each compile or test
-step in a fresh process, with fresh scratch folders, and kills everything the step left
-behind before the next one starts. Starting the sandbox is paid once per session, so a
-completion's tests share it without sharing state.
+A `Sandbox` keeps one long-lived sandbox process per thread (one bubblewrap container, or one
+unprivileged process tree) whose supervisor (verifiers/code/supervisor.py) is a zygote: it never
+sees any completion's data, and forks for every completion a fresh container (new user,
+mount, PID, IPC and network namespaces, fresh tmpfs folders, /proc and mqueue). That
+container serves the completion's compile and test steps, each in a fresh process with fresh
+folders, and every process it made dies before the next step. `Sandbox.session()` is one
+completion. Starting the sandbox is paid once per thread; a completion's container costs a few
+milliseconds.
 
 Isolation levels, strongest first:
 
 - ``bwrap``: bubblewrap with new user, PID, network, IPC, UTS and cgroup namespaces; only
-  /usr (and the interpreter's prefix) bound read-only; tmpfs for the working folder, /tmp and
-  /dev/shm with a size cap; a read-only root; no environment from the caller; the program runs
-  as uid 65534 without capabilities (as host uid 65534 too when the caller is root), cannot
-  create further user namespaces, and dies with its parent.
-- ``namespaces``: the same layout without bubblewrap: util-linux ``unshare`` creates the
-  namespaces and the supervisor builds the root itself (bind mounts, tmpfs, pivot_root), then
-  drops to uid 65534 in a nested user namespace. Needs unprivileged user namespaces.
+  /usr (and the interpreter's prefix or virtual environment) bound read-only; a read-only root;
+  no environment from the caller; a seccomp filter (verifiers/code/seccomp.py); the program runs as
+  uid 65534 without capabilities (as host uid 65534 too when the caller is root), in a
+  completion container of its own, and the sandbox dies with the thread that started it.
+- ``namespaces``: the same without bubblewrap: util-linux ``unshare`` creates the namespaces,
+  the supervisor builds the root itself (bind mounts, tmpfs, pivot_root) and installs the
+  seccomp filter. Needs unprivileged user namespaces.
 - ``rlimits-only``: resource limits, a private working folder, a clean environment, a
-  dropped uid when the caller is root, and process-group kill. It is no security boundary:
-  the program sees the host's files, processes and network. Used only with
-  ``allow_unsandboxed=True``.
+  dropped uid when the caller is root, the seccomp filter, and process-group kill. It is no
+  security boundary: the program sees the host's files, processes and network, and its memory
+  and process limits are per process. Used only with ``allow_unsandboxed=True``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import functools
 import marshal
 import math
@@ -35,7 +39,6 @@ import selectors
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,15 +48,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import seccomp
+
 #: Unprivileged uid/gid the program runs as (the traditional "nobody").
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 #: Working folder inside a bwrap or namespaces sandbox.
 SANDBOX_WORKDIR = "/sandbox"
 
-_SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")
+_HERE = Path(__file__).parent
+# plain.py first: the supervisor encodes function-call results with it.
+_SUPERVISOR_SOURCE = (_HERE / "plain.py").read_text(encoding="utf-8") + "\n" + (
+    _HERE / "supervisor.py"
+).read_text(encoding="utf-8")
 # util-linux unshare: the supervisor starts as root of new user, mount, PID, network, IPC and
-# UTS namespaces, builds its root and drops to uid 65534 itself (see supervisor._confine).
+# UTS namespaces and builds its root itself (see supervisor._confine).
 _UNSHARE = [
     "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--pid",
     "--fork", "--kill-child", "--net", "--ipc", "--uts", "--",
@@ -90,7 +99,12 @@ class SandboxUnavailable(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one step (one compile or one test run)."""
+    """Resource limits for one step (one compile or one test run).
+
+    `memory_mb` and `processes` hold for all of the completion's processes together (at the
+    bwrap and namespaces levels; per process at rlimits-only); `memory_mb` also caps each
+    process's address space.
+    """
 
     wall_s: float = 2.0
     cpu_s: float | None = None
@@ -108,7 +122,7 @@ class Limits:
             raise ValueError(f"Limits.cpu_s must be positive or None, got {self.cpu_s!r}")
 
     def to_wire(self) -> dict[str, Any]:
-        """Return the JSON form the supervisor reads; CPU defaults to the wall limit + 1 s."""
+        """Return the form the supervisor reads; CPU defaults to the wall limit + 1 s."""
         cpu = self.cpu_s if self.cpu_s is not None else self.wall_s + 1
         return {
             "wall_s": float(self.wall_s),
@@ -132,60 +146,158 @@ class StepResult:
     wall_s: float
     timed_out: bool
     output_limited: bool
+    #: JSON lines the supervisor's Python driver wrote (compile errors, call results).
+    report: str = ""
+    #: "memory" or "processes" when the watchdog stopped the completion at its budget.
+    limit: str | None = None
+    peak_memory_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
         """Exited with status 0 within its limits."""
-        return self.exit_code == 0 and not self.timed_out and not self.output_limited
+        return (self.exit_code == 0 and not self.timed_out and not self.output_limited
+                and self.limit is None)
 
 
-class SandboxSession:
-    """One running sandbox; use as a context manager, then `run`/`compile` any number of steps."""
+class _SandboxProcess:
+    """One started sandbox: its launcher process, pipes and the zygote's nonce."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
-        self.isolation = sandbox.isolation
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
+        self._stdin: int | None = None
+        self._stdout: int | None = None
+        self._stderr: int | None = None
         self._selector: selectors.BaseSelector | None = None
         self._buffer = b""
         self._hostdir: str | None = None
         self._nonce = secrets.token_hex(16)
+        self._owner = os.getpid()  # a forked copy of this process must not touch the sandbox
         self.python_version = ""
         self.start_s = 0.0
-        self.completions = 0  # completions run in this session (SandboxCache replaces it after max_uses)
-
-    def __enter__(self) -> SandboxSession:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def start(self) -> None:
-        """Start the sandbox and wait for its supervisor to answer."""
+        """Launch the sandbox (posix_spawn, so no pipe of ours waits on a fork) and wait for it."""
         t0 = time.perf_counter()
-        argv, cwd, init = self.sandbox._launch_plan(self)
+        argv, init, filter_bytes = self.sandbox._launch_plan(self)
+        init["nonce"] = self._nonce
         try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=dict(_ENV),
-                start_new_session=True,
-                close_fds=True,
-                **self.sandbox._popen_identity(),
-            )
+            self.pid, self._stdin, self._stdout, self._stderr = _spawn(argv, filter_bytes)
         except OSError as err:
             self.close()
             raise SandboxError(f"could not start the sandbox: {err}") from err
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
-        init["nonce"] = self._nonce
-        reply = self._request(init, _START_TIMEOUT_S)
+        self._selector.register(self._stdout, selectors.EVENT_READ)
+        reply = self.request(init, _START_TIMEOUT_S)
         self.python_version = str(reply.get("python", ""))
         self.start_s = time.perf_counter() - t0
+
+    @property
+    def alive(self) -> bool:
+        """Whether the sandbox process is still running."""
+        if self.pid is None or os.getpid() != self._owner:
+            return False
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one frame."""
+        if self._stdin is None:
+            raise SandboxError("the sandbox is not running")
+        data = marshal.dumps(message)
+        view = memoryview(struct.pack("<I", len(data)) + data)
+        try:
+            while view:
+                view = view[os.write(self._stdin, view):]
+        except OSError as err:
+            self.fail(f"sandbox closed its input ({err})")
+
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one frame and return the reply (SandboxError on any failure)."""
+        self.send(message)
+        frame = self._read_frame(time.monotonic() + timeout)
+        try:
+            reply = marshal.loads(frame)
+        except (EOFError, ValueError, TypeError):
+            self.fail("unreadable supervisor reply")
+        if not isinstance(reply, dict) or reply.get("nonce") != self._nonce:
+            self.fail("supervisor reply without this sandbox's nonce")
+        if "error" in reply:
+            self.fail(str(reply["error"]))
+        return reply
+
+    def close(self) -> None:
+        """Stop the sandbox and everything in it; idempotent."""
+        pid, self.pid = self.pid, None
+        if os.getpid() != self._owner:
+            pid = None  # only the process that started the sandbox stops it
+        if self._stdin is not None:
+            os.close(self._stdin)
+            self._stdin = None
+        if pid is not None:
+            # On end of input the zygote exits at once and its namespaces (tmpfs and every
+            # process) go with it; wait briefly for that, then kill whatever is left.
+            if not _wait_pid(pid, 2.0):
+                _kill_group(pid)
+        for fd in (self._stdout, self._stderr):
+            if fd is not None:
+                os.close(fd)
+        self._stdout = self._stderr = None
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        if self._hostdir is not None:
+            _remove_tree(self._hostdir)
+            self._hostdir = None
+
+    def fail(self, why: str) -> None:
+        """Kill the sandbox and raise SandboxError with its last stderr."""
+        stderr = b""
+        if self.pid is not None and os.getpid() == self._owner:
+            _kill_group(self.pid)
+            self.pid = None
+        if self._stderr is not None:
+            os.set_blocking(self._stderr, False)
+            try:
+                stderr = os.read(self._stderr, 4096)
+            except OSError:
+                pass
+        self.close()
+        tail = stderr.decode("utf-8", "replace").strip()
+        raise SandboxError(f"{why}" + (f": {tail}" if tail else ""))
+
+    def _read_frame(self, deadline: float) -> bytes:
+        """Read one length-prefixed frame from the supervisor before `deadline`."""
+        if self._stdout is None or self._selector is None:
+            raise SandboxError("the sandbox is not running")
+        size: int | None = None
+        while True:
+            if size is None and len(self._buffer) >= 4:
+                (size,) = struct.unpack("<I", self._buffer[:4])
+            if size is not None and len(self._buffer) >= 4 + size:
+                frame, self._buffer = self._buffer[4 : 4 + size], self._buffer[4 + size :]
+                return frame
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.fail("sandbox did not answer in time")
+            if not self._selector.select(remaining):
+                continue
+            chunk = os.read(self._stdout, 1 << 20)
+            if not chunk:
+                self.fail("sandbox exited")
+            self._buffer += chunk
+
+
+class SandboxSession:
+    """One completion's container: `run`/`compile`/`call` any number of steps, then close."""
+
+    def __init__(self, process: _SandboxProcess, opened: dict[str, Any]) -> None:
+        self._process = process
+        self.isolation = process.sandbox.isolation
+        self.python_version = str(opened.get("python", ""))
+        self.start_s = process.start_s
 
     def run(
         self,
@@ -199,15 +311,38 @@ class SandboxSession:
         """Run one step in a fresh folder holding `files` plus earlier compile outputs.
 
         Give either `argv` (executed) or `python_main` (a file run as ``__main__`` by the
-        sandbox's own interpreter in a forked child, which skips interpreter start-up).
+        sandbox's own interpreter in a forked child, which skips interpreter start-up; a
+        syntax error is reported before any of it runs).
         """
         if (argv is None) == (python_main is None):
             raise ValueError("give exactly one of argv or python_main")
-        request = {"op": "run", "files": files, "stdin": stdin, "limits": limits.to_wire()}
+        request: dict[str, Any] = {"op": "run", "files": files, "stdin": stdin,
+                                   "limits": limits.to_wire()}
         if argv is not None:
             request["argv"] = list(argv)
         else:
             request["python_main"] = python_main
+        return self._step(request, limits)
+
+    def call(
+        self,
+        files: dict[str, str],
+        limits: Limits,
+        *,
+        solution: str,
+        calls: list[dict[str, Any]],
+        prelude: str = "",
+        setup: str = "",
+        fn_name: str | None = None,
+    ) -> StepResult:
+        """Run `solution` as module ``solution`` after `prelude`, then `setup`, then evaluate
+        each call (``{"expr": source}``, or ``{"args": plain}`` applied to `fn_name`); each
+        return value comes back as plain data in `StepResult.report`."""
+        request = {
+            "op": "run", "files": files, "stdin": "", "limits": limits.to_wire(),
+            "python_calls": {"solution": solution, "calls": calls, "prelude": prelude,
+                             "setup": setup, "fn_name": fn_name},
+        }  # fmt: skip
         return self._step(request, limits)
 
     def compile(
@@ -223,42 +358,8 @@ class SandboxSession:
         }
         return self._step(request, limits)
 
-    def reset(self) -> None:
-        """Drop compile outputs and wipe the sandbox so that a new completion can use it."""
-        self._request({"op": "reset"}, _HOST_SLACK_S)
-
-    @property
-    def alive(self) -> bool:
-        """Whether the sandbox process is still running."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def close(self) -> None:
-        """Stop the sandbox and everything in it; idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-            # On end of input the supervisor exits at once, and its namespaces (tmpfs and any
-            # process) go with it; waiting for that makes the teardown finished on return.
-            try:
-                proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                pass
-            _kill_group(proc)
-            for stream in (proc.stdout, proc.stderr):
-                stream.close()
-        if self._selector is not None:
-            self._selector.close()
-            self._selector = None
-        if self._hostdir is not None:
-            _remove_tree(self._hostdir)
-            self._hostdir = None
-
-    # ---- internals -----------------------------------------------------------------------
     def _step(self, request: dict[str, Any], limits: Limits) -> StepResult:
-        reply = self._request(request, limits.wall_s + _HOST_SLACK_S)
+        reply = self._process.request(request, limits.wall_s + _HOST_SLACK_S)
         try:
             return StepResult(
                 exit_code=reply["exit_code"],
@@ -268,70 +369,24 @@ class SandboxSession:
                 wall_s=float(reply["wall_s"]),
                 timed_out=bool(reply["timed_out"]),
                 output_limited=bool(reply["output_limited"]),
+                report=str(reply.get("report", "")),
+                limit=reply.get("limit"),
+                peak_memory_bytes=reply.get("peak_memory_bytes"),
             )
         except (KeyError, TypeError, ValueError) as err:
-            self._fail(f"malformed supervisor reply ({err})")
-
-    def _request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        if self._proc is None:
-            raise SandboxError("the sandbox is not running")
-        data = marshal.dumps(message)
-        try:
-            self._proc.stdin.write(struct.pack("<I", len(data)) + data)
-            self._proc.stdin.flush()
-        except OSError as err:
-            self._fail(f"sandbox closed its input ({err})")
-        frame = self._read_frame(time.monotonic() + timeout)
-        try:
-            reply = marshal.loads(frame)
-        except (EOFError, ValueError, TypeError):
-            self._fail("unreadable supervisor reply")
-        if not isinstance(reply, dict) or reply.get("nonce") != self._nonce:
-            self._fail("supervisor reply without this session's nonce")
-        if "error" in reply:
-            self._fail(str(reply["error"]))
-        return reply
-
-    def _read_frame(self, deadline: float) -> bytes:
-        """Read one length-prefixed frame from the supervisor's stdout before `deadline`."""
-        assert self._proc is not None and self._selector is not None
-        fd = self._proc.stdout.fileno()
-        size: int | None = None
-        while True:
-            if size is None and len(self._buffer) >= 4:
-                (size,) = struct.unpack("<I", self._buffer[:4])
-            if size is not None and len(self._buffer) >= 4 + size:
-                frame, self._buffer = self._buffer[4 : 4 + size], self._buffer[4 + size :]
-                return frame
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._fail("sandbox did not answer in time")
-            if not self._selector.select(remaining):
-                continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                self._fail("sandbox exited")
-            self._buffer += chunk
-
-    def _fail(self, why: str) -> None:
-        proc = self._proc
-        stderr = b""
-        if proc is not None:
-            _kill_group(proc)
-            try:
-                stderr = proc.stderr.read(4096) or b""
-            except (OSError, ValueError):
-                pass
-        self.close()
-        tail = stderr.decode("utf-8", "replace").strip()
-        raise SandboxError(f"{why}" + (f": {tail}" if tail else ""))
+            self._process.fail(f"malformed supervisor reply ({err})")
+            raise  # unreachable: fail() raises
 
 
 class Sandbox:
-    """Factory of sandbox sessions at one isolation level, chosen (and probed) at construction.
+    """Sandboxes at one isolation level, chosen (and probed) at construction; one per thread.
 
     `isolation=None` picks the strongest level that works here. Without namespace isolation
-    the constructor raises `SandboxUnavailable` unless `allow_unsandboxed=True`.
+    the constructor raises `SandboxUnavailable` unless `allow_unsandboxed=True`. `python`
+    chooses the interpreter programs run with: an executable, or a virtual environment or
+    prefix folder (its ``bin/python3``); it and its packages are mounted read-only. The
+    default is the interpreter veristep runs on, without veristep's virtual environment
+    (the standard library and the system's packages).
     """
 
     def __init__(
@@ -339,20 +394,21 @@ class Sandbox:
         isolation: Isolation | str | None = None,
         *,
         allow_unsandboxed: bool = False,
-        python: str | None = None,
+        python: str | os.PathLike[str] | None = None,
         tmpfs_mb: int = 64,
     ) -> None:
         if tmpfs_mb <= 0:
             raise ValueError(f"tmpfs_mb must be positive, got {tmpfs_mb!r}")
         self.tmpfs_mb = int(tmpfs_mb)
         self.allow_unsandboxed = allow_unsandboxed
+        self._init_threads()
         requested = Isolation(isolation) if isolation is not None else None
         if requested is Isolation.RLIMITS_ONLY and not allow_unsandboxed:
             raise SandboxUnavailable(
                 "isolation='rlimits-only' runs untrusted code without namespace isolation; "
                 "pass allow_unsandboxed=True to accept that"
             )
-        candidates = [python] if python else _python_candidates()
+        candidates = [resolve_python(python)] if python else _python_candidates()
         levels = [requested] if requested else list(Isolation)
         failures: list[str] = []
         for level in levels:
@@ -382,112 +438,115 @@ class Sandbox:
         sandbox = cls.__new__(cls)
         sandbox.isolation, sandbox.python, sandbox._drop = level, python, drop
         sandbox.tmpfs_mb, sandbox.allow_unsandboxed = tmpfs_mb, True
+        sandbox._init_threads()
         return sandbox
 
-    def session(self) -> SandboxSession:
-        """Return a new, not yet started, session (use it as a context manager)."""
-        return SandboxSession(self)
-
-    # ---- launch plans ----------------------------------------------------------------------
-    def _popen_identity(self) -> dict[str, Any]:
-        if self._drop:
-            return {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
-        return {}
-
-    def _launch_plan(self, session: SandboxSession) -> tuple[list[str], str | None, dict[str, Any]]:
-        return _launch_plan(self.isolation, self.python, self._drop, self.tmpfs_mb, session)
-
-
-class SandboxCache:
-    """Started sessions reused across completions, one per thread, reset in between.
-
-    A cache, not a pool: a session is never handed to another thread. A sandbox is bound to
-    the thread that started it (bubblewrap's --die-with-parent follows the spawning thread), so
-    each thread keeps its own. The reset between completions is the same one that separates
-    tests: fresh folders, wiped scratch space, IPC and keyrings, and no process left. After
-    `max_uses` completions a session is replaced anyway.
-    """
-
-    def __init__(self, sandbox: Sandbox, max_uses: int = 256) -> None:
-        if max_uses < 1:
-            raise ValueError(f"max_uses must be >= 1, got {max_uses!r}")
-        self.sandbox = sandbox
-        self.max_uses = max_uses
+    def _init_threads(self) -> None:
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._sessions: list[tuple[threading.Thread, SandboxSession]] = []
+        self._processes: list[tuple[threading.Thread, _SandboxProcess]] = []
+
+    @property
+    def seccomp(self) -> bool:
+        """Whether programs run under the seccomp filters (every supported machine)."""
+        return seccomp.machine_arch() is not None
+
+    @property
+    def description(self) -> str:
+        """The isolation level and the seccomp filter, e.g. ``bwrap+seccomp``."""
+        return f"{self.isolation.value}{'+seccomp' if self.seccomp else ''}"
 
     @contextlib.contextmanager
     def session(self) -> Iterator[SandboxSession]:
-        """Yield a started, clean session; on a sandbox failure it is discarded, not reused."""
-        session = self._take()
+        """One completion's fresh container, in this thread's sandbox (started if needed)."""
+        process, opened = self._open()
         try:
-            yield session
+            yield SandboxSession(process, opened)
         except BaseException:
-            self._discard(session)
+            # A step may be half-way through the protocol: this sandbox is not reused.
+            self._discard(process)
             raise
-        session.completions += 1
-        if session.completions >= self.max_uses:
-            self._discard(session)
+        try:
+            process.send({"op": "close"})  # no reply: the zygote reads the next "open"
+        except SandboxError:
+            self._discard(process)
 
     def close(self) -> None:
-        """Stop every cached sandbox."""
+        """Stop every sandbox of every thread."""
         with self._lock:
-            sessions, self._sessions = self._sessions, []
-        for _, session in sessions:
-            session.close()
+            processes, self._processes = self._processes, []
+        for _, process in processes:
+            process.close()
         self._local = threading.local()
 
-    def _take(self) -> SandboxSession:
-        session: SandboxSession | None = getattr(self._local, "session", None)
-        if session is not None:
+    def _open(self) -> tuple[_SandboxProcess, dict[str, Any]]:
+        for attempt in range(2):  # a sandbox that died between completions is replaced once
+            process = self._thread_process()
             try:
-                if not session.alive:
-                    raise SandboxError("reused sandbox exited")
-                session.reset()
-                return session
+                return process, process.request({"op": "open"}, _START_TIMEOUT_S)
             except SandboxError:
-                self._discard(session)
-        session = self.sandbox.session()
-        session.start()
-        self._local.session = session
+                self._discard(process)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _thread_process(self) -> _SandboxProcess:
+        process: _SandboxProcess | None = getattr(self._local, "process", None)
+        if process is not None and process.alive:
+            return process
+        if process is not None:
+            self._discard(process)
+        process = _SandboxProcess(self)
+        process.start()
+        self._local.process = process
         with self._lock:
-            # Sandboxes of threads that have ended died with them; release their pipes.
-            ended = [s for t, s in self._sessions if not t.is_alive()]
-            self._sessions = [(t, s) for t, s in self._sessions if t.is_alive()]
-            self._sessions.append((threading.current_thread(), session))
+            # A sandbox dies with the thread that started it; release the pipes of those.
+            ended = [p for t, p in self._processes if not t.is_alive()]
+            self._processes = [(t, p) for t, p in self._processes if t.is_alive()]
+            self._processes.append((threading.current_thread(), process))
         for stale in ended:
             stale.close()
-        return session
+        return process
 
-    def _discard(self, session: SandboxSession) -> None:
-        session.close()
-        if getattr(self._local, "session", None) is session:
-            self._local.session = None
+    def _discard(self, process: _SandboxProcess) -> None:
+        process.close()
+        if getattr(self._local, "process", None) is process:
+            self._local.process = None
         with self._lock:
-            self._sessions = [(t, s) for t, s in self._sessions if s is not session]
+            self._processes = [(t, p) for t, p in self._processes if p is not process]
+
+    # ---- launch plans ----------------------------------------------------------------------
+    def _launch_plan(
+        self, process: _SandboxProcess
+    ) -> tuple[list[str], dict[str, Any], bytes | None]:
+        return _launch_plan(self.isolation, self.python, self._drop, self.tmpfs_mb, process)
 
 
 def _launch_plan(
-    level: Isolation, python: str, drop: bool, tmpfs_mb: int, session: SandboxSession | None
-) -> tuple[list[str], str | None, dict[str, Any]]:
+    level: Isolation, python: str, drop: bool, tmpfs_mb: int, process: _SandboxProcess | None
+) -> tuple[list[str], dict[str, Any], bytes | None]:
+    """argv, the init frame, and the sandbox filter bubblewrap loads (None: none, or sent)."""
     # No -S: programs expect what `site` provides (exit(), quit(), dist-packages).
     supervisor = [python, "-I", "-c", _SUPERVISOR_SOURCE]
+    filters = seccomp.machine_arch() is not None
+    sandbox_filter = seccomp.sandbox_filter() if filters else None
+    init: dict[str, Any] = {"program_filter": seccomp.program_filter() if filters else None}
     if level is Isolation.BWRAP or level is Isolation.NAMESPACES:
         env = dict(_ENV, HOME=SANDBOX_WORKDIR, TMPDIR="/tmp")
-        init: dict[str, Any] = {
+        init.update({
             "workroot": SANDBOX_WORKDIR,
             "scratch": ["/tmp", "/dev/shm", "/dev/mqueue"],
             "env": env,
-        }
+            "layout": {"tmpfs": [SANDBOX_WORKDIR, "/tmp", "/dev/shm"],
+                       "tmpfs_bytes": tmpfs_mb * 1024 * 1024,
+                       "keep": _interpreter_binds(python)},
+        })  # fmt: skip
         if level is Isolation.BWRAP:
-            return _bwrap_argv(python, drop, tmpfs_mb, env) + supervisor, None, init
-        init["confine"] = {
-            "workroot": SANDBOX_WORKDIR,
-            "tmpfs_bytes": tmpfs_mb * 1024 * 1024,
-            "python_prefix": _interpreter_prefix(python),
-        }
-        return _UNSHARE + supervisor, "/", init
+            bwrap = _bwrap_argv(python, drop, env, seccomp_fd=3 if filters else None)
+            return _launched(bwrap + supervisor, drop), init, sandbox_filter
+        init["confine"] = {"workroot": SANDBOX_WORKDIR, "binds": _interpreter_binds(python)}
+        init["sandbox_filter"] = sandbox_filter
+        return _launched(_UNSHARE + supervisor, drop), init, None
     hostdir = tempfile.mkdtemp(prefix="veristep-sandbox-")
     work, tmp = os.path.join(hostdir, "work"), os.path.join(hostdir, "tmp")
     for folder in (work, tmp):
@@ -495,21 +554,47 @@ def _launch_plan(
     if drop:
         for folder in (hostdir, work, tmp):
             os.chown(folder, SANDBOX_UID, SANDBOX_GID)
-    if session is not None:
-        session._hostdir = hostdir
+    if process is not None:
+        process._hostdir = hostdir
     env = dict(_ENV, HOME=work, TMPDIR=tmp)
-    init = {"workroot": work, "scratch": [tmp], "env": env}
-    return supervisor, hostdir, init
+    init.update({"workroot": work, "scratch": [tmp], "env": env, "sandbox_filter": sandbox_filter})
+    return _launched(supervisor, drop), init, None
 
 
-def _bwrap_argv(python: str, drop: bool, tmpfs_mb: int, env: dict[str, str]) -> list[str]:
-    features = _bwrap_features()
-    size = ["--size", str(tmpfs_mb * 1024 * 1024)] if "--size" in features else []
+# Run by this process's own interpreter in front of the sandbox: become uid 65534 (when asked),
+# die with the thread that started us (the parent-death signal survives the exec that
+# follows), then exec the sandbox. Nothing is imported after the uid switch: the interpreter's
+# own files may be unreadable to uid 65534.
+_LAUNCHER = f"""\
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+parent, drop = int(sys.argv[1]), sys.argv[2] == "1"
+if drop:
+    os.setgroups([])
+    os.setresgid({SANDBOX_GID}, {SANDBOX_GID}, {SANDBOX_GID})
+    os.setresuid({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID})
+libc.prctl(1, 9, 0, 0, 0)
+if os.getppid() != parent:
+    os._exit(1)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+def _launched(command: list[str], drop: bool) -> list[str]:
+    """`command` behind the launcher: as uid 65534 when `drop`, killed when our thread dies
+    (PR_SET_PDEATHSIG: `unshare` has no --die-with-parent of its own)."""
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), "1" if drop else "0",
+            shutil.which(command[0]) or command[0], *command[1:]]
+
+
+def _bwrap_argv(python: str, drop: bool, env: dict[str, str], seccomp_fd: int | None) -> list[str]:
     argv = [
         "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
         "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
         "--ro-bind", "/usr", "/usr",
     ]  # fmt: skip
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
@@ -517,40 +602,48 @@ def _bwrap_argv(python: str, drop: bool, tmpfs_mb: int, env: dict[str, str]) -> 
             argv += ["--ro-bind", top, top]
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"):
         argv += ["--ro-bind-try", etc, etc]
-    prefix = _interpreter_prefix(python)
-    if prefix is not None:
-        argv += ["--ro-bind", prefix, prefix]
+    for folder in _interpreter_binds(python):
+        argv += ["--ro-bind", folder, folder]
+    # Each completion mounts its own tmpfs over these folders and its own mqueue and /proc;
+    # user namespaces stay allowed for that, and the program seccomp filter denies them.
     argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     for folder in (SANDBOX_WORKDIR, "/tmp", "/dev/shm"):
-        argv += [*size, "--tmpfs", folder]
-    if "--disable-userns" in features:
-        argv += ["--disable-userns"]
+        argv += ["--dir", folder]
     if not drop:
         argv += ["--cap-drop", "ALL"]
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR, "--clearenv"]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return argv
 
 
-@functools.lru_cache(maxsize=1)
-def _bwrap_features() -> frozenset[str]:
-    """Options this bwrap build knows (older releases lack --size and --disable-userns)."""
-    try:
-        text = subprocess.run(
-            ["bwrap", "--help"], capture_output=True, text=True, timeout=10
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return frozenset()
-    return frozenset(word for word in text.split() if word.startswith("--"))
+def resolve_python(python: str | os.PathLike[str]) -> str:
+    """The interpreter for a `python=` option: an executable, or a folder's ``bin/python3``."""
+    path = os.path.abspath(os.fspath(python))
+    if os.path.isdir(path):
+        for name in ("python3", "python"):
+            candidate = os.path.join(path, "bin", name)
+            if os.access(candidate, os.X_OK):
+                return candidate
+        raise SandboxUnavailable(f"python={python!s}: no bin/python3 in that folder")
+    if not os.access(path, os.X_OK):
+        raise SandboxUnavailable(f"python={python!s}: not an executable")
+    return path
 
 
-def _interpreter_prefix(python: str) -> str | None:
-    """Folder to bind for an interpreter living outside /usr (pyenv, conda), else None."""
+def _interpreter_binds(python: str) -> list[str]:
+    """Folders to mount read-only for an interpreter: its virtual environment (found by
+    pyvenv.cfg, as Python finds it) and the prefix of the real executable outside /usr."""
+    binds: list[str] = []
+    venv = os.path.dirname(os.path.dirname(python))
+    if os.path.exists(os.path.join(venv, "pyvenv.cfg")) and not venv.startswith("/usr/"):
+        binds.append(venv)
     real = os.path.realpath(python)
-    if real.startswith("/usr/"):
-        return None
-    return os.path.dirname(os.path.dirname(real))
+    if not real.startswith("/usr/"):
+        prefix = os.path.dirname(os.path.dirname(real))
+        if prefix not in binds:
+            binds.append(prefix)
+    return binds
 
 
 def _python_candidates() -> list[str]:
@@ -577,9 +670,10 @@ def _drop_choices() -> list[bool]:
 @functools.cache
 def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | None:
     """Start a sandbox and run a tiny program; return why it failed, or None if it works."""
-    tool = {Isolation.BWRAP: "bwrap", Isolation.NAMESPACES: "unshare"}.get(level)
-    if tool is not None and shutil.which(tool) is None:
-        return f"{tool} not found on PATH"
+    tools = {Isolation.BWRAP: ["bwrap"], Isolation.NAMESPACES: ["unshare"]}.get(level, [])
+    for tool in tools:
+        if shutil.which(tool) is None:
+            return f"{tool} not found on PATH"
     sandbox = Sandbox._configured(level, python, drop, tmpfs_mb)
     probe = "import os\nprint('ok', os.getuid())\n"
     try:
@@ -587,6 +681,8 @@ def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | No
             result = session.run({"probe.py": probe}, Limits(wall_s=10), python_main="probe.py")
     except (SandboxError, OSError) as err:
         return str(err).splitlines()[0] if str(err) else type(err).__name__
+    finally:
+        sandbox.close()
     if not result.ok or not result.stdout.startswith("ok "):
         return f"probe program failed: {result.stderr.strip()[-300:] or result.exit_code}"
     if result.stdout.split()[1] == "0":
@@ -594,16 +690,68 @@ def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | No
     return None
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
+def _spawn(argv: list[str], seccomp_filter: bytes | None) -> tuple[int, int, int, int]:
+    """posix_spawn `argv` in a new session with pipes on 0-2 and the filter on fd 3.
+
+    No fork of this (possibly large, threaded) process, no exec-status pipe, and the filter in
+    a memory file rather than a pipe (bubblewrap reads it to its end): nothing the launch waits
+    for can be held open by a process another thread forks meanwhile.
+    """
+    opened: list[int] = []
+
+    def high(fd: int) -> int:  # keep the sources clear of the targets 0-3
+        moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(fd)
+        opened.append(moved)
+        return moved
+
+    try:
+        in_r, in_w = (high(fd) for fd in os.pipe())
+        out_r, out_w = (high(fd) for fd in os.pipe())
+        err_r, err_w = (high(fd) for fd in os.pipe())
+        actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                   (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        if seccomp_filter is not None:
+            filter_fd = high(os.memfd_create("veristep-seccomp", os.MFD_CLOEXEC))
+            os.write(filter_fd, seccomp_filter)
+            os.lseek(filter_fd, 0, os.SEEK_SET)
+            actions.append((os.POSIX_SPAWN_DUP2, filter_fd, 3))
+        path = shutil.which(argv[0]) or argv[0]
+        pid = os.posix_spawn(path, argv, dict(_ENV), file_actions=actions, setsid=True)
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    for fd in opened:
+        if fd not in (in_w, out_r, err_r):
+            os.close(fd)
+    return pid, in_w, out_r, err_r
+
+
+def _wait_pid(pid: int, timeout: float) -> bool:
+    """Reap `pid` within `timeout` seconds; True once it is gone."""
+    deadline = time.monotonic() + timeout
+    while True:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if done:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        try:
+            os.kill(pid, signal.SIGKILL)
         except OSError:
-            proc.kill()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
             pass
+    _wait_pid(pid, 5.0)
 
 
 def _remove_tree(path: str) -> None:
@@ -616,3 +764,4 @@ def _remove_tree(path: str) -> None:
             pass
 
     shutil.rmtree(path, onerror=_unlock)
+

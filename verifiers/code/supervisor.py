@@ -1,38 +1,47 @@
-"""In-sandbox supervisor: runs each compile or test step of one completion in a fresh process.
+"""In-sandbox supervisor: a zygote that gives every completion a fresh, clean container.
 
-This file is not imported by veristep. Its source is passed to the sandbox interpreter with
-`python -I -c`, so it must use the standard library only and run on any Python >= 3.8.
+This file is not imported by veristep. Its source (after verifiers/code/plain.py) is passed to the
+sandbox interpreter with `python -I -c`, so it must use the standard library only and run on
+any Python >= 3.8.
 
-Protocol: length-prefixed marshal frames (4-byte little-endian size, then the dict), one
-request in and one reply out per step, every reply stamped with the nonce of the first
-request. Expected outputs never enter the sandbox; the host compares.
+Three kinds of process:
 
-Under the bwrap and namespaces levels the supervisor is PID 1 of its PID namespace, so the
-program cannot kill it, cannot reach its pipes or memory (it is made non-dumpable), and
-`kill(-1)` after each step removes every process the program left behind. Before each step
-the scratch folders are wiped and the program's files rewritten, so no step sees what an
-earlier step left.
+- the zygote, started once per sandbox. It joins a new anonymous session keyring before
+  anything else, and never reads a byte of any completion's data: it reads only "open" frames,
+  each of which it answers by forking a container, then waits until that container signals
+  that it has stopped reading;
+- per completion, a container: the zygote's fork moves into new user, mount, PID, IPC and
+  network namespaces, mounts fresh tmpfs folders, a fresh /proc and mqueue, drops every
+  capability and, as PID 1 of its namespace, serves that completion's compile and test steps
+  from the same pipe. Forked from the zygote, it holds nothing of any earlier completion;
+- per step, a test process forked from the container, limited by rlimits and the program
+  seccomp filter, run under a watchdog that sums the memory of every process of the
+  completion and counts them, and kills them all at the budget.
+
+Protocol: length-prefixed marshal frames (4-byte little-endian size, then the dict), every
+reply stamped with the nonce of the first request, read with exact-length reads so that a
+container never consumes the zygote's next frame. Expected outputs never enter the sandbox.
 """
 
 import builtins
 import ctypes
 import errno
+import gc
 import io
 import marshal
 import os
 import resource
 import select
 import signal
-import stat
 import struct
 import sys
 import time
 
-# Start-up time is paid once per completion, so only light modules are imported here: no
-# json (marshal frames instead), no shutil, and traceback only in a child that needs it.
-_PR_SET_DUMPABLE = 4
-_ASSERT_FAILED_EXIT = 101  # mirrored in verifiers/code/verifier.py
+_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 4, 38, 22, 2
+_PR_SET_CHILD_SUBREAPER = 36
+_COMPILE_ERROR_EXIT = 102  # also stated in the report; mirrored in verifiers/code/verifier.py
 _STDERR_KEEP = 4096
+_WATCH_INTERVAL_S = 0.01  # how often the watchdog samples a running step
 
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
@@ -40,34 +49,229 @@ except OSError:  # pragma: no cover - static interpreters
     _libc = None
 
 
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
 def _set_dumpable(flag):
     if _libc is not None:
         _libc.prctl(_PR_SET_DUMPABLE, int(flag), 0, 0, 0)
 
 
+def _install_filter(program):
+    """Stack a seccomp filter (a struct sock_filter array) on this thread and its children."""
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = _Fprog(len(program) // 8, program)
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+# ---- frames ----------------------------------------------------------------------------------
+def _read_exact(fd, size):
+    chunks = []
+    while size:
+        data = os.read(fd, size)
+        if not data:
+            return None
+        chunks.append(data)
+        size -= len(data)
+    return b"".join(chunks)
+
+
+def _read_frame(fd):
+    header = _read_exact(fd, 4)
+    if header is None:
+        return None
+    body = _read_exact(fd, struct.unpack("<I", header)[0])
+    return None if body is None else marshal.loads(body)
+
+
+def _write_frame(fd, message):
+    data = marshal.dumps(message)
+    view = memoryview(struct.pack("<I", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# ---- the zygote ------------------------------------------------------------------------------
+_KEYCTL_JOIN_SESSION_KEYRING = 1
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
+
+
+def _join_new_session_keyring():
+    """Leave the caller's session keyring for a new anonymous one (as runc does per container)."""
+    number = _SYS_KEYCTL.get(os.uname().machine)
+    if _libc is None or number is None:
+        return "no keyctl"
+    if _libc.syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        return os.strerror(ctypes.get_errno())
+    return None
+
+
+def main():
+    _set_dumpable(False)
+    # Whatever the launcher left open beyond the protocol pipes belongs to the caller.
+    os.closerange(3, _max_fd())
+    # Outside a PID namespace the supervisor must outlive SIGTERM/SIGINT a program sends it.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    keyring_error = _join_new_session_keyring()  # before anything else, keyrings are the caller's
+    init = _read_frame(0)
+    if init is None:
+        os._exit(0)
+    nonce = init["nonce"]
+    try:
+        if keyring_error is not None:
+            raise OSError(errno.EPERM, "cannot join a new session keyring: " + keyring_error)
+        if init.get("sandbox_filter"):  # no bubblewrap to install it for us
+            _install_filter(init["sandbox_filter"])
+        if "confine" in init:
+            # The zygote keeps its capabilities in this user namespace: mapping its uid 0 into
+            # a completion's namespace needs CAP_SETFCAP. Each container drops them all.
+            _confine(init["confine"])
+            _set_dumpable(False)
+    except OSError as err:
+        _write_frame(1, {"nonce": nonce, "error": f"sandbox set-up: {err}"})
+        os._exit(1)
+    _preimport()
+    _write_frame(1, {"nonce": nonce, "ready": True, "python": sys.version.split()[0]})
+    while True:
+        req = _read_frame(0)
+        _reap_all()
+        if req is None or req.get("op") != "open":
+            os._exit(0)  # end of input, or a frame that is not ours to read: stop everything
+        done_r, done_w = os.pipe()
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:
+            os.close(done_r)
+            _container_main(init, done_w)  # never returns
+        os.close(done_w)
+        # It forks the container's PID 1 and exits: reap it now, or as a zombie it would
+        # count against the container's process limit (RLIMIT_NPROC counts per user namespace).
+        os.waitpid(pid, 0)
+        # Until the container has read its last frame the pipe is its: block here, not on stdin.
+        clean = os.read(done_r, 1) == b"1"
+        os.close(done_r)
+        if not clean:
+            os._exit(1)  # it died mid-completion; the host discards this sandbox
+
+
+# Modules most test programs import: loaded once here, every test forks with them in memory.
+_PREIMPORT = ("typing", "collections", "math", "re", "itertools", "functools", "heapq",
+              "bisect", "string", "traceback")
+
+
+def _preimport():
+    for name in _PREIMPORT:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+def _max_fd():
+    try:
+        return min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1 << 16)
+    except (OSError, ValueError):
+        return 1 << 16
+
+
+# ---- one completion's container ----------------------------------------------------------------
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER = 0x20000, 0x08000000, 0x10000000
+_CLONE_NEWPID, _CLONE_NEWNET = 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_SANDBOX_ID = 65534
+
+
+def _container_main(init, done_w):
+    """Build this completion's container and serve its steps; exits, never returns."""
+    nonce = init["nonce"]
+    try:
+        layout = init.get("layout")
+        if layout is not None:
+            _enter_fresh_namespaces(layout)
+            if os.fork() != 0:
+                os._exit(0)  # the zygote adopts the container (PID 1 of the new namespace)
+            _mount_fresh_proc()
+            _drop_capabilities()
+        else:  # rlimits-only: no namespaces; the host folders, emptied
+            for folder in init["scratch"] + [init["workroot"]]:
+                _clear_folder(folder)
+            # Orphaned processes come to us, so that their zombies are ours to reap.
+            _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _set_dumpable(False)
+        supervisor = Supervisor(init)
+    except Exception as err:  # noqa: BLE001 - reported to the host, which discards the sandbox
+        _write_frame(1, {"nonce": nonce, "error": f"completion set-up: {err}"})
+        os._exit(1)
+    _write_frame(1, {"nonce": nonce, "opened": True, "python": sys.version.split()[0],
+                     "pid1": supervisor.is_pid1})
+    while True:
+        req = _read_frame(0)
+        if req is None or req.get("op") == "close":
+            break
+        _write_frame(1, supervisor.step(req))
+    supervisor.kill_all()
+    os.write(done_w, b"1")
+    os._exit(0)
+
+
+def _enter_fresh_namespaces(layout):
+    uid, gid = os.getuid(), os.getgid()
+    # /proc/self/*_map of a non-dumpable process belong to root: writable only while dumpable.
+    # No program runs yet; the container turns it off again before it reads any step.
+    _set_dumpable(True)
+    _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC
+                         | _CLONE_NEWNET), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{_SANDBOX_ID} {uid} 1"),
+                       ("gid_map", f"{_SANDBOX_ID} {gid} 1")):
+        with open("/proc/self/" + name, "w") as fh:
+            fh.write(text)
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    size = f"size={layout['tmpfs_bytes']},mode=0700"
+    for folder in layout["tmpfs"]:
+        # An interpreter's folder below a scratch folder (a virtual environment in /tmp) is
+        # bound again on top of the fresh tmpfs, read-only like the mount it comes from.
+        kept = [(path, os.open(path, os.O_PATH)) for path in layout.get("keep", [])
+                if path.startswith(folder.rstrip("/") + "/")]
+        _mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, size)
+        for path, fd in kept:
+            os.makedirs(path, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+            os.close(fd)
+    if os.path.isdir("/dev/mqueue"):
+        _mount("mqueue", "/dev/mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _mount_fresh_proc():
+    """/proc of this PID namespace only, with the kernel-wide key lists hidden."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for path in ("/proc/keys", "/proc/key-users"):
+        if os.path.exists(path):
+            _mount("/dev/null", path, None, _MS_BIND)
+
+
 class Supervisor:
+    """Runs one completion's steps, each in a fresh process with fresh folders."""
+
     def __init__(self, init):
         self.nonce = init["nonce"]
         self.workroot = init["workroot"]
         self.scratch = list(init["scratch"])
         self.env = dict(init["env"])
+        self.program_filter = init.get("program_filter")
         self.artifacts = {}
         self.counter = 0
         self.is_pid1 = os.getpid() == 1
 
-    def ready(self):
-        return {"nonce": self.nonce, "ready": True, "python": sys.version.split()[0]}
-
-    def reset(self):
-        """Forget compile outputs and wipe everything: the next step starts a new completion."""
-        self.artifacts = {}
-        self._reset_filesystem()
-        return {"nonce": self.nonce, "reset": True}
-
-    # ---- steps -------------------------------------------------------------------------
     def step(self, req):
-        self._reset_filesystem()
-        os.makedirs(self.workroot, exist_ok=True)
+        self._reset_folders()
         self.counter += 1
         workdir = os.path.join(self.workroot, f"s{self.counter}")
         os.mkdir(workdir, 0o700)
@@ -88,46 +292,59 @@ class Supervisor:
 
     def _run(self, req, workdir):
         limits = req["limits"]
-        stdin_fd = os.memfd_create("stdin") if hasattr(os, "memfd_create") else _tmp_stdin()
-        os.write(stdin_fd, req.get("stdin", "").encode("utf-8", "surrogatepass"))
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        stdin_fd = _stdin_file(req.get("stdin", "").encode("utf-8", "surrogatepass"))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        rep_r, rep_w = os.pipe()
         start = time.monotonic()
+        # The child would otherwise copy every page its first garbage collection touches.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
-            _child(req, workdir, limits, stdin_fd, out_w, err_w, self.env)  # never returns
-        for fd in (stdin_fd, out_w, err_w):
+            _child(req, workdir, limits, (stdin_fd, out_w, err_w, rep_w), self.env,
+                   self.program_filter)  # never returns
+        for fd in (stdin_fd, out_w, err_w, rep_w):
             os.close(fd)
-        out, err, timed_out, over = _collect(pid, out_r, err_r, start + limits["wall_s"],
-                                             limits["output_bytes"])
+        watch = _Watchdog(self, limits) if self.is_pid1 else None
+        streams, timed_out, over = _collect(pid, (out_r, err_r, rep_r),
+                                            start + limits["wall_s"], limits["output_bytes"],
+                                            watch)
+        if watch is not None and watch.exceeded is None:
+            # Once more before the exited program is reaped: it and what it left running.
+            watch.over_budget()
         status = _wait_or_kill(pid)
         wall = time.monotonic() - start
-        self._kill_leftovers(pid)
-        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        self.kill_all(pid)
+        out, err, report = streams
         return {
             "nonce": self.nonce,
-            "exit_code": exit_code,
-            "signal": sig,
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "stdout": out.decode("utf-8", "replace"),
             "stderr": err[-_STDERR_KEEP:].decode("utf-8", "replace"),
+            "report": report.decode("utf-8", "replace"),
             "wall_s": wall,
             "timed_out": timed_out,
             "output_limited": over,
+            "limit": watch.exceeded if watch is not None else None,
+            "peak_memory_bytes": watch.peak_memory if watch is not None else None,
         }
 
-    # ---- hygiene -----------------------------------------------------------------------
-    def _kill_leftovers(self, pid):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    # ---- hygiene between the steps of one completion -------------------------------------
+    def kill_all(self, pid=None):
+        """Kill every process this completion left (all but us when we are PID 1; without a
+        PID namespace, the step's process group, until it is empty)."""
         if not self.is_pid1:
+            for _ in range(1000 if pid is not None else 0):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    break  # the group is gone
+                _reap_all()
+                time.sleep(0.001)
             _reap_all()
             return
-        # As PID 1, every other process in the namespace is the program's: kill until none is
-        # left, since a fork bomb may be mid-fork while the first kill goes out.
+        # Kill until none is left: a fork bomb may be mid-fork while the first kill goes out.
         for _ in range(1000):
             try:
                 os.kill(-1, signal.SIGKILL)
@@ -138,31 +355,123 @@ class Supervisor:
                 return
             time.sleep(0.001)
 
-    def _reset_filesystem(self):
+    def _reset_folders(self):
         for folder in self.scratch + [self.workroot]:
             _clear_folder(folder)
-        if self.is_pid1:  # these namespaces are ours alone; outside them they are the host's
-            _clear_kernel_objects()
+        if self.is_pid1:  # this IPC namespace is the completion's alone
+            _clear_sysv_ipc()
 
 
-def _child(req, workdir, limits, stdin_fd, out_w, err_w, env):
+class _Watchdog:
+    """Samples every process of the completion (we are PID 1: /proc lists just them)."""
+
+    def __init__(self, supervisor, limits):
+        self.memory_budget = limits["memory_mb"] * 1024 * 1024
+        self.process_budget = limits["processes"]
+        self.folders = supervisor.scratch + [supervisor.workroot]
+        self.exceeded = None
+        self.peak_memory = 0
+
+    def over_budget(self):
+        """Measure; on a breach remember which budget and return True."""
+        memory, tasks = _completion_usage(self.folders, self.memory_budget)
+        self.peak_memory = max(self.peak_memory, memory)
+        if tasks > self.process_budget:
+            self.exceeded = "processes"
+        elif memory > self.memory_budget:
+            self.exceeded = "memory"
+        return self.exceeded is not None
+
+
+def _completion_usage(folders, budget):
+    """Bytes of memory and number of tasks of every process but PID 1 in this namespace.
+
+    Memory: each process's resident anonymous and shared pages, the blocks used in the
+    completion's tmpfs folders, and System V shared memory (memfd_create is denied). Resident
+    sizes count a page shared after fork once per process, so a total over `budget` is
+    measured again with proportional sizes (PSS) before it counts.
+    """
+    resident = {}
+    tasks = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as fh:
+                text = fh.read()
+        except OSError:
+            continue  # exited meanwhile
+        size = 0
+        for line in text.split(b"\n"):
+            if line.startswith((b"RssAnon:", b"RssShmem:")):
+                size += int(line.split()[1]) * 1024
+            elif line.startswith(b"Threads:"):
+                tasks += int(line.split()[1])
+        resident[name] = size
+    other = 0
+    for folder in folders:
+        try:
+            st = os.statvfs(folder)
+        except OSError:
+            continue
+        other += (st.f_blocks - st.f_bfree) * st.f_frsize
+    try:
+        with open("/proc/sysvipc/shm", "rb") as fh:
+            rows = fh.read().split(b"\n")[1:]
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 14:
+                other += int(fields[14])  # resident bytes of the segment
+    except (OSError, ValueError):
+        pass
+    memory = other + sum(resident.values())
+    if memory > budget:
+        memory = other + sum(_proportional(pid, size) for pid, size in resident.items())
+    return memory, tasks
+
+
+def _proportional(pid, resident):
+    """Proportional anonymous + shared resident bytes of `pid`: 0 once it has exited, its
+    resident size when it hides its memory map (a program can make itself non-dumpable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            text = fh.read()
+    except (ProcessLookupError, FileNotFoundError):
+        return 0  # exiting: its memory is being freed
+    except OSError:
+        return resident
+    size = None
+    for line in text.split(b"\n"):
+        if line.startswith((b"Pss_Anon:", b"Pss_Shmem:")):
+            size = (size or 0) + int(line.split()[1]) * 1024
+    return resident if size is None else size
+
+
+def _child(req, workdir, limits, fds, env, program_filter):
+    stdin_fd, out_w, err_w, rep_w = fds
     try:
         os.setpgid(0, 0)
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 65536)
+        os.dup2(rep_w, 3)
+        os.closerange(4, _max_fd())
         os.chdir(workdir)
         # Ignored signals stay ignored across exec: give the program default dispositions.
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT,
                     signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _set_limits(limits)
+        if program_filter:
+            _install_filter(program_filter)
         _set_dumpable(True)
         os.environ.clear()
         os.environ.update(env)
         if req.get("python_main"):
-            _run_python_main(workdir, req["python_main"])
+            _run_python(workdir, req["python_main"], None)
+        if req.get("python_calls"):
+            _run_python(workdir, req["python_calls"]["solution"], req["python_calls"])
+        os.close(3)
         argv = req["argv"]
         os.execve(_which(argv[0], env), argv, env)
     except BaseException:  # noqa: B036 - a forked child must never return into the supervisor
@@ -178,10 +487,14 @@ def _set_limits(limits):
     cpu = int(limits["cpu_s"])
     mem = limits["memory_mb"] * 1024 * 1024
     fsize = limits["file_mb"] * 1024 * 1024
+    # Per user and user namespace: in a completion's own namespace this caps all its
+    # processes together. One above the budget (the supervisor counts, as uid 65534 too) and
+    # one spare, so that the watchdog sees a breach rather than only a failed fork.
+    nproc = limits["processes"] + 2
     for which, value in (
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (mem, mem)),
-        (resource.RLIMIT_NPROC, (limits["processes"], limits["processes"])),
+        (resource.RLIMIT_NPROC, (nproc, nproc)),
         (resource.RLIMIT_FSIZE, (fsize, fsize)),
         (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
         (resource.RLIMIT_CORE, (0, 0)),
@@ -189,8 +502,20 @@ def _set_limits(limits):
         resource.setrlimit(which, value)
 
 
-def _run_python_main(workdir, filename):
-    """Run `filename` as `__main__` in this forked interpreter, then exit like python would."""
+# ---- Python programs run in this forked interpreter ---------------------------------------------
+def _report(message):
+    """One JSON line on the report pipe (fd 3): compile errors and function-call results."""
+    import json
+
+    data = (json.dumps(message, ensure_ascii=True) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(3, view):]
+
+
+def _run_python(workdir, filename, calls):
+    """Run `filename` as __main__ (calls=None), or as module `solution` and then evaluate the
+    calls, reporting each return value as plain data; then exit like python would."""
     path = os.path.join(workdir, filename)
     # What a fresh interpreter sets up at start: EPIPE/EFBIG as exceptions, Ctrl-C as one.
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -207,22 +532,85 @@ def _run_python_main(workdir, filename):
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
         errors="backslashreplace", line_buffering=True)
-    main = type(sys)("__main__")
-    main.__file__ = path
-    main.__builtins__ = builtins
-    sys.modules["__main__"] = main
-    code = 0
     try:
         with open(path, "rb") as fh:
-            source = fh.read()
-        exec(compile(source, path, "exec"), main.__dict__)
-    except SystemExit as exc:
-        code = _exit_code(exc.code)
-    except BaseException as exc:  # noqa: B036 - the program's own uncaught exception
+            code = compile(fh.read(), path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
         import traceback
 
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
-        code = 1
+        message = "".join(traceback.format_exception_only(type(exc), exc))
+        _report({"compile_error": message})
+        sys.stderr.write(message)
+        _exit_interpreter(_COMPILE_ERROR_EXIT)
+    module = type(sys)("__main__" if calls is None else "solution")
+    module.__file__ = path
+    module.__builtins__ = builtins
+    sys.modules[module.__name__] = module
+    status = 0
+    try:
+        if calls is None:
+            os.close(3)  # nothing to report: the program cannot write there either
+            exec(code, module.__dict__)
+        else:
+            _run_calls(code, module.__dict__, calls)
+    except SystemExit as exc:
+        status = _exit_code(exc.code)
+    except BaseException as exc:  # noqa: B036 - the program's own uncaught exception
+        # sys.excepthook: CPython's own printer, bounded like a fresh interpreter's.
+        tb = _program_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        status = 1
+    _exit_interpreter(status)
+
+
+def _program_frames(tb):
+    """The traceback without the supervisor's own frames (its source is "<string>")."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+        tb = tb.tb_next
+    return tb
+
+
+def _run_calls(code, namespace, calls):
+    if calls.get("prelude"):
+        exec(compile(calls["prelude"], "prelude", "exec"), namespace)
+    exec(code, namespace)
+    if calls.get("setup"):
+        exec(compile(calls["setup"], "setup", "exec"), namespace)
+    target = None
+    if calls.get("fn_name"):
+        target = _call_target(namespace, calls["fn_name"])
+    for index, call in enumerate(calls["calls"]):
+        if "exec" in call:  # assertion code as is: the program could fake this one
+            try:
+                exec(compile(call["exec"], "test", "exec"), namespace)
+            except AssertionError:
+                _report({"index": index, "assertion_failed": True})
+                raise
+            _report({"index": index, "done": True})
+            continue
+        if "expr" in call:
+            value = eval(compile(call["expr"], "test", "eval"), namespace)
+        else:
+            value = target(*decode_plain(call["args"]))  # noqa: F821 - plain.py comes first
+        try:
+            text = encode_plain(value)  # noqa: F821
+        except NotPlainData as exc:  # noqa: F821
+            _report({"index": index, "not_plain": str(exc)})
+            continue
+        _report({"index": index, "value": text})
+
+
+def _call_target(namespace, name):
+    """APPS call-based items: a method of `Solution` when the program defines that class."""
+    cls = namespace.get("Solution")
+    if isinstance(cls, type) and hasattr(cls, name):
+        return getattr(cls(), name)
+    if name in namespace:
+        return namespace[name]
+    raise NameError(f"the program defines no function {name!r}")
+
+
+def _exit_interpreter(status):
     if "threading" in sys.modules:
         try:
             sys.modules["threading"]._shutdown()
@@ -238,8 +626,8 @@ def _run_python_main(workdir, filename):
         try:
             stream.flush()
         except BaseException:  # noqa: B036
-            code = code or 120
-    os._exit(code)
+            status = status or 120
+    os._exit(status)
 
 
 def _exit_code(value):
@@ -254,11 +642,12 @@ def _exit_code(value):
     return 1
 
 
-def _collect(pid, out_r, err_r, deadline, cap):
-    """Read both pipes until the child exits or the deadline or the output cap is hit."""
-    chunks = {out_r: [], err_r: []}
-    sizes = {out_r: 0, err_r: 0}
-    open_fds = {out_r, err_r}
+# ---- collecting a step's output ------------------------------------------------------------------
+def _collect(pid, fds, deadline, cap, watch):
+    """Read the pipes until the child exits, or the deadline, output cap or a budget is hit."""
+    chunks = {fd: [] for fd in fds}
+    sizes = dict.fromkeys(fds, 0)
+    open_fds = set(fds)
     timed_out = over = False
     try:
         pidfd = os.pidfd_open(pid)
@@ -270,15 +659,25 @@ def _collect(pid, out_r, err_r, deadline, cap):
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
     exited = False
+    next_watch = time.monotonic()
     while open_fds:
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        if watch is not None and now >= next_watch:
+            if watch.over_budget():
+                break
+            next_watch = now + _WATCH_INTERVAL_S
+        remaining = deadline - now
         if remaining <= 0:
             timed_out = True
             break
-        # Without a pidfd, wake up every 10 ms to see whether the child has exited.
-        wait_ms = int(remaining * 1000) + 1 if pidfd is not None else min(10, int(remaining * 1000) + 1)
-        events = poller.poll(wait_ms)
-        if pidfd is None and not exited and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+        wait = remaining
+        if watch is not None:
+            wait = min(wait, max(next_watch - now, 0.0))
+        if pidfd is None:  # without a pidfd, look every 10 ms whether the child has exited
+            wait = min(wait, 0.01)
+        events = poller.poll(int(wait * 1000) + 1)
+        if pidfd is None and not exited and os.waitid(
+                os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
             exited = True
         for fd, _ in events:
             if fd == pidfd:
@@ -303,9 +702,9 @@ def _collect(pid, out_r, err_r, deadline, cap):
             break
     if pidfd is not None:
         os.close(pidfd)
-    for fd in (out_r, err_r):
+    for fd in fds:
         os.close(fd)
-    return b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out, over
+    return [b"".join(chunks[fd]) for fd in fds], timed_out, over
 
 
 def _drain(fds, chunks, sizes, cap):
@@ -349,15 +748,11 @@ def _reap_all():
             return
 
 
-# Kernel objects that outlive a process inside the sandbox's namespaces: System V IPC and
-# keyrings (POSIX message queues live in /dev/mqueue, a scratch folder).
 _IPC_RMID = 0
-_KEYCTL_CLEAR = 7
-_KEY_SPEC_SESSION, _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -3, -4, -5
-_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
 
 
-def _clear_kernel_objects():
+def _clear_sysv_ipc():
+    """Remove System V shared memory, semaphores and message queues of this IPC namespace."""
     if _libc is None:
         return
     for kind, remove in (
@@ -374,42 +769,66 @@ def _clear_kernel_objects():
             fields = row.split()
             if len(fields) > 1 and fields[1].isdigit():
                 remove(int(fields[1]))
-    keyctl = _SYS_KEYCTL.get(os.uname().machine)
-    if keyctl is not None:
-        for keyring in (_KEY_SPEC_SESSION, _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION):
-            _libc.syscall(keyctl, _KEYCTL_CLEAR, keyring, 0, 0, 0)
 
 
 def _clear_folder(folder):
-    """Delete everything inside `folder`, even entries a program made unreadable or deep."""
-    stack = [(folder, False)]
-    while stack:  # iterative: a program may nest folders deeper than the recursion limit
-        path, emptied = stack.pop()
-        if emptied:
-            if path != folder:
+    """Delete everything inside `folder`, at any depth, even entries made unreadable.
+
+    Walks with directory file descriptors and names relative to them, never full paths, so
+    that no depth makes a path too long; climbs back with "..", which no process can move
+    (every process of the completion is dead while this runs). Mounts inside the folder (a
+    virtual environment bound there) and entries that cannot be removed are left alone.
+    """
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    device = os.fstat(fd).st_dev
+    levels = []  # (name, names to skip) for each folder from `folder` down to where fd points
+    skip = set()
+    try:
+        while True:
+            entry = _first_entry(fd, skip)
+            if entry is None:
+                if not levels:
+                    return
+                parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                name, skip = levels.pop()
                 try:
-                    os.rmdir(path)
+                    os.rmdir(name, dir_fd=fd)
                 except OSError:
-                    pass
-            continue
-        try:
-            os.chmod(path, 0o700)
-        except OSError:
-            pass
-        try:
-            names = os.listdir(path)
-        except OSError:
-            continue
-        stack.append((path, True))
-        for name in names:
-            child = os.path.join(path, name)
+                    skip.add(name)  # not empty: something in it could not be removed
+                continue
+            name, is_dir = entry
             try:
-                if stat.S_ISDIR(os.lstat(child).st_mode):
-                    stack.append((child, False))
-                else:
-                    os.unlink(child)
+                if not is_dir:
+                    os.unlink(name, dir_fd=fd)
+                    continue
+                os.chmod(name, 0o700, dir_fd=fd, follow_symlinks=False)
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError:
-                pass
+                skip.add(name)
+                continue
+            if os.fstat(child).st_dev != device:
+                os.close(child)
+                skip.add(name)
+                continue
+            os.close(fd)
+            fd = child
+            levels.append((name, skip))
+            skip = set()
+    finally:
+        os.close(fd)
+
+
+def _first_entry(fd, skip):
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.name not in skip:
+                return entry.name, entry.is_dir(follow_symlinks=False)
+    return None
 
 
 def _write(path, data, mode):
@@ -422,12 +841,24 @@ def _write(path, data, mode):
         os.close(fd)
 
 
-def _tmp_stdin():
-    import tempfile
+def _stdin_file(data):
+    """A file holding the test's stdin: a memfd where there is one, else an unlinked temp file."""
+    try:
+        fd = os.memfd_create("stdin")
+    except (AttributeError, OSError):
+        import tempfile
 
-    fd, path = tempfile.mkstemp()
-    os.unlink(path)
+        fd, path = tempfile.mkstemp()
+        os.unlink(path)
+    _write_all(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _which(name, env):
@@ -441,27 +872,17 @@ def _which(name, env):
 
 
 # ---- namespaces level: build the sandbox root ourselves ---------------------------------------
-# Under `unshare --user --map-root-user --mount --pid ...` the supervisor starts as root of a
-# fresh user namespace. It builds a root like bubblewrap's (read-only /usr, tmpfs elsewhere),
-# pivots into it, moves into a nested user namespace as uid 65534 and drops every capability
-# before any program runs.
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+# Under `unshare --user --map-root-user --mount --pid ...` the zygote starts as root of a fresh
+# user namespace. It builds a root like bubblewrap's (read-only /usr, tmpfs elsewhere), pivots
+# into it and drops every capability; each completion then gets its namespaces as under bwrap.
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
 _MNT_DETACH = 2
-_CLONE_NEWUSER = 0x10000000
 _PR_CAPBSET_DROP = 24
 _CAPABILITY_VERSION_3 = 0x20080522
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 _OPTION_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
                  "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME,
                  "relatime": _MS_RELATIME, "strictatime": _MS_STRICTATIME}
-
-
-def _check(result, what):
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _mount(source, target, fstype, flags, data=None):
@@ -497,7 +918,6 @@ def _bind(source, target, is_dir, readonly=True):
 
 def _confine(spec):
     new = "/tmp"  # any existing folder serves as the mount point of the new root
-    size = f"size={spec['tmpfs_bytes']}"
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("tmpfs", new, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
     _bind("/usr", new + "/usr", True)
@@ -509,8 +929,8 @@ def _confine(spec):
     for path in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"):
         if os.path.exists(path):
             _bind(path, new + path, os.path.isdir(path))
-    if spec.get("python_prefix"):
-        _bind(spec["python_prefix"], new + spec["python_prefix"], True)
+    for prefix in spec.get("binds", []):
+        _bind(prefix, new + prefix, True)
     os.mkdir(new + "/proc")
     _mount("proc", new + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     os.mkdir(new + "/dev")
@@ -518,13 +938,11 @@ def _confine(spec):
     for node in ("null", "zero", "full", "random", "urandom", "tty"):
         _bind("/dev/" + node, new + "/dev/" + node, False, readonly=False)
     os.mkdir(new + "/dev/mqueue")
-    _mount("mqueue", new + "/dev/mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, new + "/dev/" + link)
     for folder in (spec["workroot"], "/tmp", "/dev/shm"):
         os.makedirs(new + folder, exist_ok=True)
-        _mount("tmpfs", new + folder, "tmpfs", _MS_NOSUID | _MS_NODEV, size + ",mode=0700")
     os.mkdir(new + "/oldroot")
     number = _SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
@@ -535,15 +953,7 @@ def _confine(spec):
     os.rmdir("/oldroot")
     for target in ("/dev", "/"):
         _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target))
-    try:  # one nested namespace (ours, below) and no more: programs cannot create their own
-        with open("/proc/sys/user/max_user_namespaces", "w") as fh:
-            fh.write("1")
-    except OSError:
-        pass
-    _check(_libc.unshare(_CLONE_NEWUSER), "unshare user namespace")
-    for name, text in (("setgroups", "deny"), ("uid_map", "65534 0 1"), ("gid_map", "65534 0 1")):
-        with open(f"/proc/self/{name}", "w") as fh:
-            fh.write(text)
+    os.chdir(spec["workroot"])
 
 
 def _drop_capabilities():
@@ -554,58 +964,5 @@ def _drop_capabilities():
     _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
 
 
-def _confine_in_place(spec):
-    """Confine this supervisor (namespaces level); on failure reply with the error and exit."""
-    try:
-        _confine(spec)
-        _drop_capabilities()
-        os.chdir(spec["workroot"])
-    except OSError as err:
-        return f"confine: {err}"
-    _set_dumpable(False)  # changing credentials may have reset it
-    return None
-
-
-def _read_frame(stream):
-    header = stream.read(4)
-    if len(header) < 4:
-        return None
-    (size,) = struct.unpack("<I", header)
-    return marshal.loads(stream.read(size))
-
-
-def _write_frame(stream, message):
-    data = marshal.dumps(message)
-    stream.write(struct.pack("<I", len(data)) + data)
-    stream.flush()
-
-
-def main():
-    _set_dumpable(False)
-    # The supervisor must outlive SIGTERM/SIGINT a program sends it outside a PID namespace.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    stdin = sys.stdin.buffer
-    stdout = sys.stdout.buffer
-    supervisor = None
-    while True:
-        req = _read_frame(stdin)
-        if req is None:
-            break
-        if supervisor is None:
-            error = _confine_in_place(req["confine"]) if "confine" in req else None
-            if error is not None:
-                _write_frame(stdout, {"nonce": req["nonce"], "error": error})
-                break
-            supervisor = Supervisor(req)
-            reply = supervisor.ready()
-        else:
-            reply = supervisor.reset() if req.get("op") == "reset" else supervisor.step(req)
-        _write_frame(stdout, reply)
-    # No clean-up on the way out: under bubblewrap the tmpfs and every process die with the
-    # namespaces, and the host removes an rlimits-only folder itself.
-    stdout.flush()
-    os._exit(0)
-
-
-main()
+if __name__ == "__main__":
+    main()

@@ -1,37 +1,43 @@
 """Code-execution verifier: run a completion's program against tests inside a sandbox.
 
-Extract (last fenced block of the language) -> run (one sandbox per completion, one fresh
-process per test, see verifiers/code/sandbox.py) -> compare (line by line, whitespace-tolerant,
-optional float tolerance; or assertion tests). Expected outputs never enter the sandbox.
+Extract (last fenced block of the language; prose is `no_code`) -> run (a fresh container per
+completion, one fresh process per test, see verifiers/code/sandbox.py) -> compare (stdout line by
+line, whitespace-tolerant, optional float tolerance; function tests by value, outside the
+program's process). Expected outputs never enter the sandbox. References: see
+verifiers/code/reference.py for the accepted formats.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import os
 import re
-import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.result import Status, VerifyResult
-from .sandbox import (
-    Isolation,
-    Limits,
-    Sandbox,
-    SandboxCache,
-    SandboxError,
-    SandboxSession,
-    StepResult,
+from .plain import decode_plain
+from .reference import (
+    BadReference,
+    CallTest,
+    Check,
+    CodeReference,
+    IOTest,
+    StatementTest,
+    parse_reference,
 )
+from .reference import reference_from_record as _reference_from_record
+from .sandbox import Isolation, Limits, Sandbox, SandboxError, SandboxSession, StepResult
 
-#: Exit status of the assertion driver when an assertion fails (distinguishes it from a crash).
-ASSERT_FAILED_EXIT = 101
+#: Exit status of a Python step whose source does not compile (mirrors the supervisor's).
+COMPILE_ERROR_EXIT = 102
 
 _MEMORY_MARKERS = re.compile(
     r"^MemoryError\b|std::bad_alloc|Cannot allocate memory|out of memory", re.MULTILINE
@@ -39,29 +45,8 @@ _MEMORY_MARKERS = re.compile(
 _FILE_TOO_LARGE = re.compile(r"File too large|\[Errno 27\]")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
 _FENCE_OPEN = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
-
-
-@dataclass(frozen=True)
-class IOTest:
-    """One stdin/stdout test case."""
-
-    stdin: str
-    stdout: str
-
-
-@dataclass(frozen=True)
-class CodeReference:
-    """What a completion's program is checked against: I/O tests or assertions."""
-
-    language: str
-    tests: tuple[IOTest, ...] = ()
-    asserts: tuple[str, ...] = ()
-    setup: str = ""
-
-    @property
-    def total(self) -> int:
-        """Number of tests (I/O cases or assertions)."""
-        return len(self.tests) or len(self.asserts)
+_WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ \t]+[A-Za-z][A-Za-z'’-]*[,.;:!?]?){3,}")
+_CODE_CHARS = re.compile(r"[=(){}\[\];#<>]")
 
 
 @dataclass(frozen=True)
@@ -79,27 +64,6 @@ class Language:
     compile: tuple[str, ...] | None = None
     artifacts: tuple[str, ...] = ()
     fork_python: bool = False
-    assert_driver: Callable[[str, str, str], str] | None = None
-
-
-def _python_assert_driver(setup: str, test: str, sentinel: str) -> str:
-    """Source that runs solution.py, then `setup`, then one assertion, then prints `sentinel`."""
-    return (
-        "import sys as _vs_sys\n"
-        "_vs_ns = {'__name__': 'solution', '__builtins__': __builtins__}\n"
-        "with open('solution.py', encoding='utf-8') as _vs_f:\n"
-        "    exec(compile(_vs_f.read(), 'solution.py', 'exec'), _vs_ns)\n"
-        f"exec(compile({setup!r}, 'setup', 'exec'), _vs_ns)\n"
-        "try:\n"
-        f"    exec(compile({test!r}, 'test', 'exec'), _vs_ns)\n"
-        "except AssertionError:\n"
-        "    import os as _vs_os, traceback as _vs_tb\n"
-        "    _vs_tb.print_exc()\n"
-        "    _vs_sys.stderr.flush()\n"
-        f"    _vs_os._exit({ASSERT_FAILED_EXIT})\n"
-        # The sentinel proves the assertion ran: a program that exits early never prints it.
-        f"_vs_sys.stdout.write('\\n{sentinel}\\n')\n"
-    )
 
 
 LANGUAGES: dict[str, Language] = {
@@ -109,7 +73,6 @@ LANGUAGES: dict[str, Language] = {
         fence_tags=("python", "py", "python3"),
         run=("{python}", "-I", "main.py"),
         fork_python=True,
-        assert_driver=_python_assert_driver,
     ),
     "cpp": Language(
         name="cpp",
@@ -132,10 +95,12 @@ class TestOutcome:
     exit_code: int | None = None
     stderr: str = ""
     detail: str = ""
+    fakeable: bool = False
+    peak_memory_mb: float | None = None
 
     def to_record(self) -> dict[str, Any]:
         """Return the JSON form stored in `VerifyResult.extra["tests"]`."""
-        return {
+        record = {
             "index": self.index,
             "status": self.status.value,
             "time_s": round(self.time_s, 4),
@@ -143,12 +108,17 @@ class TestOutcome:
             "stderr": self.stderr,
             "detail": self.detail,
         }
+        if self.fakeable:
+            record["fakeable"] = True
+        if self.peak_memory_mb is not None:
+            record["peak_memory_mb"] = round(self.peak_memory_mb, 1)
+        return record
 
 
 @dataclass
 class _Run:
     outcomes: list[TestOutcome] = field(default_factory=list)
-    compile_failure: StepResult | None = None
+    compile_failure: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -173,10 +143,9 @@ class CodeVerifier:
         max_file_mb: int = 16,
         output_limit_bytes: int = 8 << 20,
         float_tolerance: float | None = None,
-        stop_on_first_failure: bool | None = None,
+        stop_on_first_failure: bool = True,
         stderr_chars: int = 1000,
-        python: str | None = None,
-        sandbox_reuse: int = 256,
+        python: str | os.PathLike[str] | None = None,
     ) -> None:
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1 or None, got {workers!r}")
@@ -187,10 +156,8 @@ class CodeVerifier:
         self.workers = workers or os.cpu_count() or 1
         self.all_or_nothing = all_or_nothing
         self.float_tolerance = float_tolerance
-        # Once one test fails an all-or-nothing reward is 0, so the rest need not run.
-        self.stop_on_first_failure = (
-            all_or_nothing if stop_on_first_failure is None else stop_on_first_failure
-        )
+        # After a failure the reward cannot reach 1: by default the rest is not run.
+        self.stop_on_first_failure = stop_on_first_failure
         self.stderr_chars = stderr_chars
         self.test_limits = Limits(
             wall_s=timeout,
@@ -208,19 +175,18 @@ class CodeVerifier:
             output_bytes=output_limit_bytes,
         )
         self.sandbox = Sandbox(isolation, allow_unsandboxed=allow_unsandboxed, python=python)
-        # Sandboxes are started once per thread and reset between completions; the batch
-        # threads live as long as the verifier so that their sandboxes do too.
-        self._sandboxes = SandboxCache(self.sandbox, max_uses=sandbox_reuse)
+        # One sandbox per batch thread; the threads live as long as the verifier so that
+        # their sandboxes do too.
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
 
     def close(self) -> None:
-        """Stop the batch threads and every sandbox they keep; the verifier stays usable."""
+        """Stop the batch threads and every sandbox; the verifier stays usable."""
         with self._executor_lock:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
-        self._sandboxes.close()
+        self.sandbox.close()
 
     def __enter__(self) -> CodeVerifier:
         return self
@@ -234,38 +200,49 @@ class CodeVerifier:
         return self.sandbox.isolation
 
     # ---- protocol --------------------------------------------------------------------------
-    def reference_from_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Build the reference from a JSONL line with "tests" or "asserts" (KeyError if neither)."""
-        reference: dict[str, Any] = {"language": record.get("language", "python")}
-        if "tests" in record:
-            reference["tests"] = record["tests"]
-        elif "asserts" in record:
-            reference["asserts"] = record["asserts"]
-            reference["setup"] = record.get("setup", "")
-        else:
-            raise KeyError("tests")
-        return reference
+    def reference_from_record(self, record: dict[str, Any]) -> Any:
+        """The code reference of a JSONL line in any supported format (KeyError if none)."""
+        return _reference_from_record(record)
 
     def verify(self, completion: str, reference: Any) -> VerifyResult:
-        """Run the completion's program against the reference's tests; never raises on output."""
-        return self._verify_parsed(completion, parse_reference(reference))
+        """Run the completion's program against the reference's tests; never raises on
+        output, and an unusable reference gives `bad_reference` (unjudged)."""
+        parsed = self._parse(reference)
+        if isinstance(parsed, VerifyResult):
+            return parsed
+        return self._verify_parsed(completion, parsed)
 
     def verify_batch(
         self, completions: Sequence[str], references: Sequence[Any]
     ) -> list[VerifyResult]:
-        """Verify many completions, `workers` at a time (one sandbox each), in input order."""
+        """Verify many completions, `workers` at a time, in input order; a row with an
+        unusable reference gets `bad_reference` and every other row is verified."""
         if len(completions) != len(references):
             raise ValueError(
                 f"got {len(completions)} completions but {len(references)} references"
             )
-        parsed = [parse_reference(ref) for ref in references]
         if not completions:
             return []
+        parsed = [self._parse(ref) for ref in references]
         with self._executor_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="veristep-code")
             executor = self._executor
-        return list(executor.map(self._verify_parsed, completions, parsed))
+        futures = [
+            None if isinstance(ref, VerifyResult) else executor.submit(self._verify_parsed, c, ref)
+            for c, ref in zip(completions, parsed, strict=True)
+        ]
+        return [ref if f is None else f.result() for f, ref in zip(futures, parsed, strict=True)]
+
+    def _parse(self, reference: Any) -> CodeReference | VerifyResult:
+        try:
+            return parse_reference(reference, tuple(LANGUAGES))
+        except BadReference as err:
+            return VerifyResult(0.0, False, Status.BAD_REFERENCE, str(err)[:500],
+                                extra={"isolation": self.sandbox.description})
+        except Exception as err:  # a parser bug must not sink the rest of a batch
+            return VerifyResult(0.0, False, Status.INTERNAL_ERROR, repr(err)[:500],
+                                extra={"isolation": self.sandbox.description})
 
     # ---- one completion ----------------------------------------------------------------------
     def _verify_parsed(self, completion: str, reference: CodeReference) -> VerifyResult:
@@ -275,12 +252,14 @@ class CodeVerifier:
         extra: dict[str, Any] = {
             "passed": 0,
             "total": reference.total,
-            "isolation": self.isolation.value,
+            "isolation": self.sandbox.description,
             "language": language.name,
             "tests": [],
         }
+        if reference.fakeable:
+            extra["fakeable"] = True
         if code is None:
-            return VerifyResult(0.0, False, Status.NO_CODE, "no code block found", None,
+            return VerifyResult(0.0, False, Status.NO_CODE, "no code found", None,
                                 {"total_s": time.perf_counter() - started}, extra)
         try:
             run = self._run_tests(code, reference, language)
@@ -292,11 +271,8 @@ class CodeVerifier:
                                 {"total_s": time.perf_counter() - started}, extra)
         run.timings["total_s"] = time.perf_counter() - started
         if run.compile_failure is not None:
-            failure = run.compile_failure
-            why = "compiler timed out" if failure.timed_out else "compilation failed"
-            detail = f"{why}: {_tail(failure.stderr or failure.stdout, self.stderr_chars)}"
-            return VerifyResult(0.0, False, Status.COMPILE_ERROR, detail.strip(), code,
-                                run.timings, extra)
+            return VerifyResult(0.0, False, Status.COMPILE_ERROR, run.compile_failure, code,
+                                run.timings, extra, judged=True)
         passed = sum(o.status is Status.CORRECT for o in run.outcomes)
         total = reference.total
         extra["passed"] = passed
@@ -318,139 +294,143 @@ class CodeVerifier:
 
     def _run_tests(self, code: str, reference: CodeReference, language: Language) -> _Run:
         run = _Run()
-        python = self.sandbox.python
         t0 = time.perf_counter()
-        with self._sandboxes.session() as session:
-            run.timings["sandbox_start_s"] = time.perf_counter() - t0  # ~0 when reused
+        with self.sandbox.session() as session:
+            run.timings["sandbox_start_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
+            files: dict[str, str] = {language.source_name: code}
             if language.compile is not None:
                 result = session.compile(
-                    {language.source_name: code},
-                    _expand(language.compile, python),
-                    list(language.artifacts),
-                    self.compile_limits,
+                    files, _expand(language.compile, self.sandbox.python),
+                    list(language.artifacts), self.compile_limits,
                 )
                 run.timings["compile_s"] = time.perf_counter() - t0
                 if not result.ok:
-                    run.compile_failure = result
+                    why = "compiler timed out" if result.timed_out else "compilation failed"
+                    tail = _tail(result.stderr or result.stdout, self.stderr_chars)
+                    run.compile_failure = f"{why}: {tail}".strip()
                     return run
-                files: dict[str, str] = {}
-            else:
-                files = {language.source_name: code}
+                files = {}
             t1 = time.perf_counter()
-            if reference.asserts:
-                self._run_asserts(session, code, reference, language, run)
-            else:
-                for index, test in enumerate(reference.tests):
-                    result = self._execute(session, language, files, language.source_name,
-                                           test.stdin)
-                    outcome = self._judge_io(index, result, test.stdout)
-                    run.outcomes.append(outcome)
-                    if self.stop_on_first_failure and outcome.status is not Status.CORRECT:
-                        break
+            for index, test in enumerate(reference.tests):
+                result = self._execute(session, language, files, code, reference, test)
+                compile_error = _compile_error(result)
+                if compile_error is not None:
+                    run.compile_failure = _tail(compile_error, self.stderr_chars).strip()
+                    break
+                outcome = self._judge(index, result, test)
+                run.outcomes.append(outcome)
+                if self.stop_on_first_failure and outcome.status is not Status.CORRECT:
+                    break
             run.timings["run_s"] = time.perf_counter() - t1
         return run
-
-    def _run_asserts(
-        self,
-        session: SandboxSession,
-        code: str,
-        reference: CodeReference,
-        language: Language,
-        run: _Run,
-    ) -> None:
-        assert language.assert_driver is not None  # checked by parse_reference
-        sentinel = f"veristep-asserts-done-{secrets.token_hex(8)}"
-        for index, test in enumerate(reference.asserts):
-            driver = language.assert_driver(reference.setup, test, sentinel)
-            files = {"solution.py": code, language.source_name: driver}
-            result = self._execute(session, language, files, language.source_name, "")
-            outcome = self._judge_assert(index, result, sentinel)
-            run.outcomes.append(outcome)
-            if self.stop_on_first_failure and outcome.status is not Status.CORRECT:
-                break
 
     def _execute(
         self,
         session: SandboxSession,
         language: Language,
         files: dict[str, str],
-        main: str,
-        stdin: str,
+        code: str,
+        reference: CodeReference,
+        test: IOTest | CallTest | StatementTest,
     ) -> StepResult:
-        if language.fork_python:
-            return session.run(files, self.test_limits, python_main=main, stdin=stdin)
-        argv = _expand(language.run, self.sandbox.python)
-        return session.run(files, self.test_limits, argv=argv, stdin=stdin)
+        if isinstance(test, IOTest):
+            if language.fork_python:
+                return session.run(files, self.test_limits, python_main=language.source_name,
+                                   stdin=test.stdin)
+            return session.run(files, self.test_limits, stdin=test.stdin,
+                               argv=_expand(language.run, self.sandbox.python))
+        calls = ([dict(c.call) for c in test.checks] if isinstance(test, CallTest)
+                 else [{"exec": test.source}])
+        return session.call({"solution.py": code}, self.test_limits, solution="solution.py",
+                            calls=calls, prelude=reference.prelude, setup=reference.setup,
+                            fn_name=reference.fn_name)
 
     # ---- judging -------------------------------------------------------------------------------
-    def _judge_io(self, index: int, result: StepResult, expected: str) -> TestOutcome:
-        outcome = self._outcome(index, result)
-        if outcome.status is Status.CORRECT and not outputs_match(
-            result.stdout, expected, self.float_tolerance
-        ):
-            outcome.status = Status.WRONG_ANSWER
-            outcome.detail = "output differs"
-        return outcome
-
-    def _judge_assert(self, index: int, result: StepResult, sentinel: str) -> TestOutcome:
-        if result.exit_code == ASSERT_FAILED_EXIT and not result.timed_out:
-            return TestOutcome(index, Status.WRONG_ANSWER, result.wall_s, result.exit_code,
-                               _tail(result.stderr, self.stderr_chars), "assertion failed")
-        outcome = self._outcome(index, result)
-        lines = result.stdout.rstrip().splitlines()
-        if outcome.status is Status.CORRECT and (not lines or lines[-1].strip() != sentinel):
-            outcome.status = Status.RUNTIME_ERROR
-            outcome.detail = "exited before the assertion ran"
-        return outcome
-
-    def _outcome(self, index: int, result: StepResult) -> TestOutcome:
+    def _judge(self, index: int, result: StepResult,
+               test: IOTest | CallTest | StatementTest) -> TestOutcome:
         status, detail = classify_step(result)
-        return TestOutcome(index, status, result.wall_s, result.exit_code,
-                           _tail(result.stderr, self.stderr_chars), detail)
+        outcome = TestOutcome(index, status, result.wall_s, result.exit_code,
+                              _tail(result.stderr, self.stderr_chars), detail,
+                              fakeable=isinstance(test, StatementTest),
+                              peak_memory_mb=None if result.peak_memory_bytes is None
+                              else result.peak_memory_bytes / (1 << 20))
+        if isinstance(test, IOTest):
+            if status is Status.CORRECT and not outputs_match(
+                result.stdout, test.stdout, self.float_tolerance
+            ):
+                outcome.status, outcome.detail = Status.WRONG_ANSWER, "output differs"
+            return outcome
+        reports = _reports(result.report)
+        checks = test.checks if isinstance(test, CallTest) else (None,)
+        for k, check in enumerate(checks):
+            report = reports.get(k)
+            if report is None:
+                if outcome.status is Status.CORRECT:  # exited cleanly, yet never got there
+                    outcome.status = Status.RUNTIME_ERROR
+                    outcome.detail = (f"exited before {check.text} returned" if check
+                                      else "exited before the assertion ran")
+                return outcome
+            verdict = _verdict(check, report)
+            if verdict is not None:
+                outcome.status, outcome.detail = Status.WRONG_ANSWER, verdict
+                return outcome
+        # Every value came back and matched: how the process ended afterwards does not matter.
+        outcome.status, outcome.detail = Status.CORRECT, ""
+        return outcome
+
+
+def _verdict(check: Check | None, report: dict[str, Any]) -> str | None:
+    """Why a reported call fails its check, or None when it passes."""
+    if check is None:  # a statement test (fakeable): it ran to its end, or an assert failed
+        return "assertion failed" if report.get("assertion_failed") else None
+    if "not_plain" in report:
+        return f"{check.text}: {report['not_plain']}"
+    try:
+        value = decode_plain(report["value"])
+    except (KeyError, TypeError, ValueError) as err:
+        return f"{check.text}: unreadable value ({err})"
+    if check.passes(value):
+        return None
+    shown = repr(value)
+    return f"{check.text}: got {shown[:200]}{'...' if len(shown) > 200 else ''}"
+
+
+def _report_items(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of the supervisor's report lines (malformed lines are ignored)."""
+    items = []
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            items.append(item)
+    return items
+
+
+def _reports(text: str) -> dict[int, dict[str, Any]]:
+    """The report of each call, by index (the first one written counts)."""
+    found: dict[int, dict[str, Any]] = {}
+    for item in _report_items(text):
+        if isinstance(item.get("index"), int):
+            found.setdefault(item["index"], item)
+    return found
+
+
+def _compile_error(result: StepResult) -> str | None:
+    """The syntax error a Python step reported before running any of the program."""
+    if result.exit_code != COMPILE_ERROR_EXIT:
+        return None
+    messages = [i["compile_error"] for i in _report_items(result.report)
+                if isinstance(i.get("compile_error"), str)]
+    return messages[0] if messages else None
 
 
 # ---- pure helpers (tested on their own) ----------------------------------------------------------
-def parse_reference(reference: Any) -> CodeReference:
-    """Validate a reference dict and return it typed; raises ValueError on a malformed one."""
-    if isinstance(reference, CodeReference):
-        return reference
-    if not isinstance(reference, dict):
-        raise ValueError(f"code reference must be a dict, got {type(reference).__name__}")
-    language = reference.get("language", "python")
-    if language not in LANGUAGES:
-        raise ValueError(f"unknown language {language!r}; choose one of {', '.join(LANGUAGES)}")
-    if "tests" in reference:
-        tests = reference["tests"]
-        if not isinstance(tests, list) or not tests:
-            raise ValueError("reference 'tests' must be a non-empty list")
-        parsed = []
-        for i, test in enumerate(tests):
-            if not isinstance(test, dict) or not isinstance(test.get("stdout"), str):
-                raise ValueError(f"test {i} must be a dict with a string 'stdout'")
-            stdin = test.get("stdin", "")
-            if not isinstance(stdin, str):
-                raise ValueError(f"test {i}: 'stdin' must be a string")
-            parsed.append(IOTest(stdin, test["stdout"]))
-        return CodeReference(language, tests=tuple(parsed))
-    if "asserts" in reference:
-        asserts = reference["asserts"]
-        if not isinstance(asserts, list) or not asserts or not all(
-            isinstance(a, str) for a in asserts
-        ):
-            raise ValueError("reference 'asserts' must be a non-empty list of strings")
-        if LANGUAGES[language].assert_driver is None:
-            raise ValueError(f"assertion tests are not supported for {language!r}; use 'tests'")
-        setup = reference.get("setup", "") or ""
-        if not isinstance(setup, str):
-            raise ValueError("reference 'setup' must be a string")
-        return CodeReference(language, asserts=tuple(asserts), setup=setup)
-    raise ValueError("code reference needs 'tests' or 'asserts'")
-
-
 def extract_code(completion: str, language: Language | str) -> str | None:
     """Return the last fenced block tagged with the language, else the last untagged block,
-    else the whole text when it has no fence at all; None when nothing usable is left."""
+    else the whole text when it has no fence and is not prose; None when nothing is usable."""
     if isinstance(language, str):
         language = LANGUAGES[language]
     if not isinstance(completion, str):
@@ -462,11 +442,27 @@ def extract_code(completion: str, language: Language | str) -> str | None:
         code = tagged[-1]
     elif untagged:
         code = untagged[-1]
-    elif not blocks:
+    elif not blocks and not looks_like_prose(completion, language.name):
         code = completion
     else:
         return None
     return code if code.strip() else None
+
+
+def looks_like_prose(text: str, language: str) -> bool:
+    """Unfenced text that is not code: it does not parse (Python), and most of its lines are
+    runs of words without code punctuation."""
+    if language == "python":
+        try:
+            ast.parse(text)
+            return False
+        except (SyntaxError, ValueError):
+            pass
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return False
+    wordy = sum(bool(_WORDS.search(line)) and not _CODE_CHARS.search(line) for line in lines)
+    return wordy * 2 >= len(lines)
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -514,6 +510,11 @@ def outputs_match(actual: str, expected: str, float_tolerance: float | None = No
 
 def classify_step(result: StepResult) -> tuple[Status, str]:
     """Status of a finished run before its output is compared (CORRECT = exited cleanly)."""
+    if result.limit == "processes":
+        return Status.PROCESS_LIMIT, "process limit exceeded (all processes of the completion)"
+    if result.limit == "memory":
+        used = (result.peak_memory_bytes or 0) >> 20
+        return Status.MEMORY_LIMIT, f"memory limit exceeded ({used} MiB across the completion)"
     if result.output_limited:
         return Status.OUTPUT_LIMIT, "output limit exceeded"
     if result.timed_out:
@@ -541,3 +542,4 @@ def _expand(command: tuple[str, ...], python: str) -> list[str]:
 
 def _tail(text: str, chars: int) -> str:
     return text[-chars:] if chars else ""
+

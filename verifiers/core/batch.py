@@ -4,6 +4,10 @@ Used by the tool-call and format verifiers. A thin adapter over the shared `Work
 (verifiers/core/workers.py), which owns the processes: an item that overruns is killed with its
 worker, the worker is replaced, and no other item's result changes. Workers persist between
 batches so a training loop does not pay process start-up every step.
+
+Hand-off: items travel in chunks pickled with the C pickler. With `references`, an item is
+(payload, reference index) and each chunk carries each distinct reference it uses once, so a
+group of samples that share a reference sends (and unpickles) that reference once.
 """
 
 from __future__ import annotations
@@ -19,20 +23,21 @@ __all__ = ["BatchRunner", "ItemResult", "Outcome", "as_verify_result", "default_
 
 # Items travel in chunks to amortise the pipe round trip; the pool re-queues the rest of a
 # chunk whose item overran, so only the item that really hangs ends up with TIMEOUT.
-_MAX_CHUNK = 32
+_MAX_CHUNK = 64
 
 
-def _no_preparation(shared: Any) -> None:
-    return None
+def _no_preparation(shared: Any) -> Any:
+    return shared
 
 
 class BatchRunner:
     """Apply `fn` to items in `workers` processes with a per-item time limit of `timeout` s.
 
+    `fn(item)` without references; `fn(payload, reference)` when `run` gets `references`.
     `workers=0` runs in this process with no time limit (for debugging and tiny batches).
     """
 
-    def __init__(self, fn: Callable[[Any], Any], workers: int, timeout: float) -> None:
+    def __init__(self, fn: Callable[..., Any], workers: int, timeout: float) -> None:
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
         if not timeout > 0:
@@ -40,24 +45,39 @@ class BatchRunner:
         self.fn, self.workers, self.timeout = fn, workers, timeout
         self._pool: WorkerPool | None = None
 
-    def run(self, items: Sequence[Any]) -> list[ItemResult]:
-        """Results in input order; never raises because of an item."""
+    def run(self, items: Sequence[Any], references: Sequence[Any] | None = None) -> list[ItemResult]:
+        """Results in input order; never raises because of an item.
+
+        With `references`, each item is (payload, index into references).
+        """
         if self.workers == 0:
-            return [self._run_inline(item) for item in items]
+            if references is None:
+                return [self._run_inline(self.fn, item) for item in items]
+            return [self._run_inline(self.fn, payload, references[ref]) for payload, ref in items]
         if not items:
             return []
-        if self._pool is None or not self._pool.usable:  # first use, or we were forked
+        if self._pool is None or not self._pool.usable:  # first use, failed, or we were forked
             self._pool = WorkerPool(_no_preparation, self._apply, self.workers, memory_limit_mb=None)
         size = max(1, min(_MAX_CHUNK, len(items) // (4 * self.workers)))
-        chunks = [(None, list(items[i : i + size])) for i in range(0, len(items), size)]
+        chunks = []
+        for lo in range(0, len(items), size):
+            part = list(items[lo : lo + size])
+            if references is None:
+                chunks.append((None, part))
+            else:
+                chunks.append(({ref: references[ref] for _, ref in part}, part))
         return [result for chunk in self._pool.run_chunks(chunks, self.timeout) for result in chunk]
 
-    def _apply(self, _state: None, item: Any) -> Any:
-        return self.fn(item)
+    def _apply(self, shared: dict[int, Any] | None, item: Any) -> Any:
+        if shared is None:
+            return self.fn(item)
+        payload, ref = item
+        return self.fn(payload, shared[ref])
 
-    def _run_inline(self, item: Any) -> ItemResult:
+    @staticmethod
+    def _run_inline(fn: Callable[..., Any], *args: Any) -> ItemResult:
         try:
-            return ItemResult(Outcome.OK, self.fn(item))
+            return ItemResult(Outcome.OK, fn(*args))
         except Exception as err:  # noqa: BLE001 - reported per item
             return ItemResult(Outcome.ERROR, None, f"{type(err).__name__}: {err}"[:500])
 

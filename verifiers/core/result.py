@@ -36,6 +36,9 @@ class Status(str, enum.Enum):
     # the reference cannot be used (empty, unparseable, in no format the verifier reads): the
     # dataset's fault, never the model's, so the item is not judged
     BAD_REFERENCE = "bad_reference"
+    # the input line itself could not be verified (bad JSON, no completion, text that is not
+    # valid Unicode): set by the JSONL commands, never by a verifier
+    INPUT_ERROR = "input_error"
     # the verifier itself failed on this item (a bug, never the model's fault)
     INTERNAL_ERROR = "internal_error"
 
@@ -45,7 +48,13 @@ class Status(str, enum.Enum):
 
 #: Statuses that mean "the verifier could not judge", as opposed to "the answer is wrong".
 UNJUDGED = frozenset(
-    {Status.TIMEOUT, Status.SANDBOX_ERROR, Status.BAD_REFERENCE, Status.INTERNAL_ERROR}
+    {
+        Status.TIMEOUT,
+        Status.SANDBOX_ERROR,
+        Status.BAD_REFERENCE,
+        Status.INPUT_ERROR,
+        Status.INTERNAL_ERROR,
+    }
 )
 
 
@@ -75,6 +84,7 @@ class VerifyResult:
             "reward": self.reward,
             "correct": self.correct,
             "status": self.status.value,
+            "judged": bool(self.judged),
             "extracted": self.extracted,
         }
         if self.detail:

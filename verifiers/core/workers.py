@@ -1,32 +1,53 @@
 """A reusable pool of worker processes with hard per-item time limits, safe from any thread.
 
-Work arrives as *chunks*: one shared payload (prepared once per chunk, e.g. a parsed reference)
-and a list of items judged against it. A dispatcher thread hands chunks to idle workers and
-watches the clock. An item that runs past its limit is killed together with its worker
-(SIGKILL stops even C-level big-integer arithmetic), the worker is replaced, and the rest of
-that chunk goes back to the queue, so no other item's result changes. No signals are used in
-the caller, so any thread may call in, and several threads may share one pool.
+Work arrives as *chunks*: one shared payload (prepared once per chunk, e.g. parsed references)
+and a list of items judged against it. A dispatcher thread owns the workers: it hands chunks to
+idle ones and watches the clock. An item that runs past its limit is killed together with its
+worker (SIGKILL stops even C-level big-integer arithmetic), the worker is replaced, and the rest
+of that chunk goes back to the queue, so no other item's result changes.
+
+Safe under the way RL stacks call rewards:
+* Threads. Callers never take a lock the dispatcher needs (a signal handler that raises in a
+  caller, such as a SIGALRM time-out, cannot leave the pool stuck), and every wait has a
+  deadline. Workers are forked only by the dispatcher, holding `FORK_LOCK`.
+* Forks of a threaded parent. A forked worker first closes every file descriptor it inherited
+  except its own socket, so it never holds another thread's pipes open (a `subprocess.Popen`
+  status pipe inherited mid-launch would make Popen wait for as long as the worker lives).
+* No orphans. Workers ask the kernel for SIGKILL when the dispatcher thread that forked them
+  dies (PR_SET_PDEATHSIG, so also on SIGKILL of the parent), and an idle worker exits at EOF.
+* Cheap hand-off. Messages are bytes pickled with the C pickler; callers send each shared
+  payload once per chunk.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
+import ctypes
 import enum
+import multiprocessing
 import os
+import pickle
+import signal
 import socket
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as _wait_connections
 from typing import Any
 
-import multiprocess
-from multiprocess.connection import wait as _wait_connections
-
 _LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+#: Held while this process forks a worker. Code that starts subprocesses from other threads may
+#: hold it too; forked workers close inherited descriptors either way.
+FORK_LOCK = threading.Lock()
+_PICKLE = pickle.HIGHEST_PROTOCOL
+#: Extra seconds a wait allows beyond the worst case its chunks can take (spawning, IPC).
+WAIT_GRACE_S = 5.0
 
 
 class Outcome(str, enum.Enum):
@@ -52,22 +73,21 @@ class ItemResult:
 
 @dataclass
 class _Sink:
-    """Where one call's results collect; the caller waits on `done`."""
+    """Where one call's results collect; only the dispatcher writes, the caller waits on `done`."""
 
     results: list[ItemResult | None]
     remaining: int
     done: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    abandoned: bool = False  # the caller stopped waiting (e.g. its SIGALRM handler raised)
 
     def put(self, index: int, result: ItemResult) -> None:
         """Record one result (first write wins) and wake the caller when all are in."""
-        with self.lock:
-            if self.results[index] is not None:
-                return
-            self.results[index] = result
-            self.remaining -= 1
-            if self.remaining <= 0:
-                self.done.set()
+        if self.results[index] is not None:
+            return
+        self.results[index] = result
+        self.remaining -= 1
+        if self.remaining <= 0:
+            self.done.set()
 
 
 @dataclass
@@ -77,6 +97,7 @@ class Submission:
     sink: _Sink
     sizes: list[int]
     call_deadline: float | None
+    wait_deadline: float  # no result can still be coming after this (monotonic clock)
 
 
 @dataclass
@@ -97,7 +118,36 @@ class _Worker:
     next_item: int = 0  # position in chunk.items of the item now running
     prepared: bool = False
     deadline: float = 0.0
-    item_started: float = 0.0
+
+
+class _ForkedProcess:
+    """A worker forked with os.fork: no multiprocessing bookkeeping, so it works even inside a
+    daemonic process (a multiprocessing.Pool worker), which may not start Process children."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._done = False
+
+    def kill(self) -> None:
+        """SIGKILL the worker (no-op once it is gone)."""
+        if not self._done:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def join(self, timeout: float) -> None:
+        """Reap the worker, waiting at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self._done:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = self.pid  # already reaped elsewhere
+            if pid:
+                self._done = True
+            elif time.monotonic() >= deadline:
+                return
+            else:
+                time.sleep(0.005)
 
 
 def _limit_memory(megabytes: int | None) -> None:
@@ -122,23 +172,58 @@ def _limit_memory(megabytes: int | None) -> None:
         pass
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this worker when the thread that forked it dies (Linux); exit if it already has."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _close_inherited(keep: int) -> None:
+    """Close every descriptor a fork copied except stdio and `keep` (see the module doc)."""
+    try:
+        limit = os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        limit = 4096
+    os.closerange(3, keep)
+    os.closerange(keep + 1, limit)
+
+
 def _worker_main(
     conn: Any,
     prepare: Callable[[Any], Any],
     run: Callable[[Any, Any], Any],
     warm_up: Callable[[], None] | None,
     memory_limit_mb: int | None,
+    parent_pid: int,
 ) -> None:
     """Worker loop: receive (shared, items), prepare once, report each item as it finishes."""
+    _die_with_parent(parent_pid)
+    # the caller's handlers are not ours: Ctrl-C goes to the caller, which stops the pool
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _limit_memory(memory_limit_mb)
     if warm_up is not None:
         try:
             warm_up()
         except Exception:
             pass
+
+    def send(msg: tuple) -> None:
+        try:
+            data = pickle.dumps(msg, _PICKLE)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable return value is that item's error
+            data = pickle.dumps(msg[:2] + (False, None, f"result cannot be sent: {exc!r}"[:200], 0.0), _PICKLE)
+        conn.send_bytes(data)
+
     while True:
         try:
-            msg = conn.recv()
+            msg = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return  # the parent is gone
         if msg is None:
@@ -149,30 +234,41 @@ def _worker_main(
             state = prepare(shared)
         except BaseException as exc:  # noqa: BLE001 - report, never die, on bad input
             prep_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-        conn.send(("ready",))
+        send(("ready",))
         for i, item in enumerate(items):
             start = time.perf_counter()
             if prep_error:
-                conn.send(("item", i, False, None, prep_error, 0.0))
+                send(("item", i, False, None, prep_error, 0.0))
                 continue
             try:
                 value = run(state, item)
-                conn.send(("item", i, True, value, "", time.perf_counter() - start))
+                send(("item", i, True, value, "", time.perf_counter() - start))
             except BaseException as exc:  # noqa: BLE001
                 detail = f"{type(exc).__name__}: {str(exc)[:200]}"
-                conn.send(("item", i, False, None, detail, time.perf_counter() - start))
+                send(("item", i, False, None, detail, time.perf_counter() - start))
 
 
 def _default_context() -> Any:
     """fork where available: a worker starts in milliseconds with the parent's imports.
 
     forkserver and spawn re-import the caller's __main__ script in every worker (a training
-    script would import torch again, or run unguarded code); fork does not. A lock that another
-    thread held at fork time could stall a child, but a stalled child only times out and is
-    replaced, like any other hung item.
+    script would import torch again, or run unguarded code); fork does not. What makes fork
+    safe in a threaded parent is in the module doc: only the dispatcher forks, under FORK_LOCK,
+    and the child closes what it inherited before anything else.
     """
-    methods = multiprocess.get_all_start_methods()
-    return multiprocess.get_context("fork" if "fork" in methods else "spawn")
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+@contextlib.contextmanager
+def fork_guard(timeout: float = 5.0) -> Iterator[bool]:
+    """Hold FORK_LOCK around a fork or a Popen; yields False if it could not be had in time."""
+    got = FORK_LOCK.acquire(timeout=timeout)
+    try:
+        yield got
+    finally:
+        if got:
+            FORK_LOCK.release()
 
 
 class WorkerPool:
@@ -194,15 +290,20 @@ class WorkerPool:
         self._prepare, self._run, self._warm_up = prepare, run, warm_up
         self._memory_limit_mb = memory_limit_mb
         self._ctx = _default_context()
-        if warm_up is not None and self._ctx.get_start_method() == "fork":
+        self._forked = self._ctx.get_start_method() == "fork"
+        if warm_up is not None and self._forked:
             warm_up()  # import once here, so every forked worker starts warm
-        self._lock = threading.Lock()
+        # The queue is a deque: append and popleft are atomic, so callers need no lock.
         self._queue: collections.deque[_Chunk] = collections.deque()
-        self._workers: list[_Worker] = []
+        self._workers: list[_Worker] = []  # touched by the dispatcher thread only
         self._thread: threading.Thread | None = None
+        self._start_error = ""
         self._closed = False
+        self._stuck = False  # a wait ran out of time with the dispatcher alive
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._start_lock = threading.Lock()
         self.restarts = 0  # workers replaced after a time-out or a crash
         self.owner_pid = os.getpid()  # a forked copy of the caller must build its own pool
         _LIVE_POOLS.add(self)
@@ -232,66 +333,93 @@ class WorkerPool:
         sizes = [len(items) for _, items in chunks]
         total = sum(sizes)
         sink = _Sink([None] * total, total)
+        now = time.monotonic()
+        # the worst case: every item of every chunk runs to its limit, `size` at a time
+        worst = sum((size + 1) * limit for size in sizes) / self.size + max(sizes, default=0) * limit
+        wait_deadline = now + worst + WAIT_GRACE_S
+        if call_deadline is not None:
+            wait_deadline = min(wait_deadline, call_deadline + WAIT_GRACE_S)
+        sub = Submission(sink, sizes, call_deadline, wait_deadline)
         if total == 0:
             sink.done.set()
-            return Submission(sink, sizes, call_deadline)
+            return sub
+        if self._closed:
+            raise RuntimeError("worker pool is closed")
         pos = 0
-        queued = []
         for (shared, items), size in zip(chunks, sizes, strict=True):
             if items:
-                queued.append(_Chunk(shared, list(items), list(range(pos, pos + size)), sink, limit, call_deadline))
+                self._queue.append(_Chunk(shared, list(items), list(range(pos, pos + size)), sink, limit,
+                                          call_deadline))
             pos += size
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("worker pool is closed")
-            self._queue.extend(queued)
-            self._ensure_started()
+        self._ensure_started()
         self._wake()
-        return Submission(sink, sizes, call_deadline)
+        return sub
 
     def wait(self, sub: Submission) -> list[list[ItemResult]]:
-        """Block until a submission's results are in; results per chunk, in item order."""
+        """Block until a submission's results are in, or its deadline; results per chunk, in order.
+
+        Items without a result by the deadline (or when the dispatcher has stopped) come back as
+        TIMEOUT or ERROR; the caller reads the results without taking any lock.
+        """
         sink = sub.sink
-        if sub.call_deadline is None:
-            sink.done.wait()
-        elif not sink.done.wait(max(0.0, sub.call_deadline - time.monotonic()) + 2.0):
-            for i in range(len(sink.results)):  # the dispatcher should have answered by now
-                sink.put(i, ItemResult(Outcome.TIMEOUT, detail="no answer from the worker pool"))
+        stopped = ""
+        try:
+            while not sink.done.wait(min(1.0, max(0.0, sub.wait_deadline - time.monotonic()))):
+                if time.monotonic() >= sub.wait_deadline:
+                    break
+                if not self._dispatcher_alive():
+                    sink.done.wait(0.2)  # its last results may be on their way
+                    stopped = self._start_error or "the worker pool stopped"
+                    break
+        except BaseException:
+            # nobody will read these results: free the workers for the next call
+            sink.abandoned = True
+            self._wake()
+            raise
+        results = list(sink.results)
+        if any(r is None for r in results) and not stopped and self._dispatcher_alive():
+            # nothing answered in the worst-case time: the owner builds a new pool; stop this one
+            self._stuck = True
+            threading.Thread(target=self.close, name="veristep-pool-close", daemon=True).start()
+        fallback = (ItemResult(Outcome.ERROR, detail=stopped) if stopped
+                    else ItemResult(Outcome.TIMEOUT, detail="no answer from the worker pool in time"))
         out: list[list[ItemResult]] = []
         pos = 0
         for size in sub.sizes:
-            out.append([r for r in sink.results[pos : pos + size] if r is not None])
+            out.append([r if r is not None else fallback for r in results[pos : pos + size]])
             pos += size
         return out
 
     @property
     def usable(self) -> bool:
-        """False once closed (or its dispatcher failed), or when used from a forked child."""
-        return not self._closed and os.getpid() == self.owner_pid
+        """False once closed, failed or stuck, or when used from a forked child."""
+        return (not self._closed and os.getpid() == self.owner_pid and not self._stuck
+                and (self._thread is None or self._thread.is_alive()))
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for tests and monitoring)."""
-        with self._lock:
-            return [w.proc.pid for w in self._workers if w.proc.pid is not None]
+        return [w.proc.pid for w in list(self._workers) if w.proc.pid is not None]
 
     def close(self) -> None:
         """Stop the dispatcher and every worker; pending items end as errors. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            thread = self._thread
+        if self._closed:
+            return
+        self._closed = True
         if os.getpid() != self.owner_pid:
             return  # a forked copy: the workers and the dispatcher belong to the parent
         self._wake()
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
-        self._shutdown_workers()
+        if thread is None or not thread.is_alive():
+            self._shutdown_workers()  # no dispatcher (never started, or gone): do its cleanup here
+        else:  # a dispatcher that does not stop: its workers must not live on
+            for w in list(self._workers):
+                with contextlib.suppress(Exception):
+                    w.proc.kill()
         for sock in (self._wake_r, self._wake_w):
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -300,95 +428,121 @@ class WorkerPool:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     # -------------------------------------------------------------- dispatcher side
 
+    def _dispatcher_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        except OSError:
-            pass
 
     def _ensure_started(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._dispatch_loop, name="veristep-pool", daemon=True)
-            self._thread.start()
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            thread = threading.Thread(target=self._dispatch_loop, name="veristep-pool", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # "can't start new thread": fail these items, not hang
+                self._start_error = f"could not start the worker pool's dispatcher thread: {exc}"
+                self._closed = True
+                self._fail_queue(Outcome.ERROR, self._start_error)
+            self._thread = thread
+
+    def _fail_queue(self, outcome: Outcome, detail: str) -> None:
+        while self._queue:
+            chunk = self._queue.popleft()
+            for i in chunk.indices:
+                chunk.sink.put(i, ItemResult(outcome, detail=detail))
 
     def _spawn(self) -> _Worker:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=_worker_main,
-            # a forked child inherits the parent's warm imports; a spawned one warms itself
-            args=(child_conn, self._prepare, self._run,
-                  None if self._ctx.get_start_method() == "fork" else self._warm_up, self._memory_limit_mb),
-            daemon=True,
-        )
-        proc.start()
-        child_conn.close()
-        return _Worker(proc, parent_conn)
+        if not self._forked:
+            parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+            proc = self._ctx.Process(
+                target=_worker_main,
+                args=(child_conn, self._prepare, self._run, self._warm_up, self._memory_limit_mb, os.getpid()),
+                daemon=True,
+            )
+            proc.start()
+            child_conn.close()
+            return _Worker(proc, parent_conn)
+        parent_sock, child_sock = socket.socketpair()
+        parent_pid = os.getpid()
+        with fork_guard():
+            pid = os.fork()
+        if pid == 0:  # the worker: never return into the caller's stack
+            code = 0
+            try:
+                _close_inherited(child_sock.fileno())
+                _worker_main(Connection(child_sock.detach()), self._prepare, self._run, None,
+                             self._memory_limit_mb, parent_pid)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                os._exit(code)
+        child_sock.close()
+        return _Worker(_ForkedProcess(pid), Connection(parent_sock.detach()))
 
     def _kill(self, worker: _Worker) -> None:
-        try:
+        with contextlib.suppress(Exception):
             worker.proc.kill()
             worker.proc.join(timeout=2)
-        except Exception:
-            pass
-        try:
+        with contextlib.suppress(Exception):
             worker.conn.close()
-        except Exception:
-            pass
 
     def _shutdown_workers(self) -> None:
-        with self._lock:
-            workers, self._workers = self._workers, []
-            pending = list(self._queue)
-            self._queue.clear()
+        workers, self._workers = self._workers, []
         for w in workers:
             if w.chunk is not None:
-                pending.append(_Chunk(w.chunk.shared, w.chunk.items[w.next_item :],
-                                      w.chunk.indices[w.next_item :], w.chunk.sink, 0, None))
-            try:
-                w.conn.send(None)
-            except Exception:
-                pass
+                self._fail_chunk(w.chunk, w.next_item, Outcome.ERROR, "worker pool closed")
+            with contextlib.suppress(Exception):
+                w.conn.send_bytes(pickle.dumps(None))
         deadline = time.monotonic() + 1.0
         for w in workers:
-            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(Exception):
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._kill(w)
-        for chunk in pending:
-            for i in chunk.indices:
-                chunk.sink.put(i, ItemResult(Outcome.ERROR, detail="worker pool closed"))
+        self._fail_queue(Outcome.ERROR, "worker pool closed")
 
-    def _fail_chunk(self, chunk: _Chunk, start: int, outcome: Outcome, detail: str) -> None:
+    @staticmethod
+    def _fail_chunk(chunk: _Chunk, start: int, outcome: Outcome, detail: str) -> None:
         for i in chunk.indices[start:]:
             chunk.sink.put(i, ItemResult(outcome, detail=detail))
 
     def _assign(self, now: float) -> None:
         """Give queued chunks to idle workers; drop chunks whose call deadline has passed."""
-        with self._lock:
-            while len(self._workers) < self.size and self._queue:
-                self._workers.append(self._spawn())
-            for w in self._workers:
-                if w.chunk is not None:
+        while len(self._workers) < self.size and self._queue:
+            self._workers.append(self._spawn())
+        for w in self._workers:
+            if w.chunk is not None:
+                continue
+            while self._queue:
+                chunk = self._queue.popleft()
+                if chunk.sink.abandoned:
                     continue
-                while self._queue:
-                    chunk = self._queue.popleft()
-                    if chunk.not_after is not None and now >= chunk.not_after:
-                        self._fail_chunk(chunk, 0, Outcome.TIMEOUT, "no free worker before the time limit")
-                        continue
-                    try:
-                        w.conn.send((chunk.shared, chunk.items))
-                    except Exception:
-                        self._queue.appendleft(chunk)
-                        break
-                    w.chunk, w.next_item, w.prepared = chunk, 0, False
-                    w.item_started = now
-                    w.deadline = self._deadline(chunk, now)
-                    break
+                if chunk.not_after is not None and now >= chunk.not_after:
+                    self._fail_chunk(chunk, 0, Outcome.TIMEOUT, "no free worker before the time limit")
+                    continue
+                try:
+                    data = pickle.dumps((chunk.shared, chunk.items), _PICKLE)
+                except Exception as exc:  # noqa: BLE001 - a payload that cannot travel
+                    self._fail_chunk(chunk, 0, Outcome.ERROR, f"cannot send to a worker: {exc!r}"[:300])
+                    continue
+                try:
+                    w.conn.send_bytes(data)
+                except OSError:
+                    self._queue.appendleft(chunk)
+                    self._replace(w)
+                    return  # the worker list changed; the next loop assigns again
+                w.chunk, w.next_item, w.prepared = chunk, 0, False
+                w.deadline = self._deadline(chunk, now)
+                break
 
     @staticmethod
     def _deadline(chunk: _Chunk, now: float) -> float:
@@ -399,11 +553,10 @@ class WorkerPool:
         """Kill a worker and put a fresh one in its place (the pool keeps its size)."""
         self._kill(worker)
         self.restarts += 1
-        with self._lock:
-            if worker in self._workers:
-                self._workers.remove(worker)
-            if not self._closed:
-                self._workers.append(self._spawn())
+        if worker in self._workers:
+            self._workers.remove(worker)
+        if not self._closed:
+            self._workers.append(self._spawn())
 
     def _on_message(self, w: _Worker, msg: tuple, now: float) -> None:
         chunk = w.chunk
@@ -419,7 +572,6 @@ class WorkerPool:
             if w.next_item >= len(chunk.items):
                 w.chunk = None
                 return
-        w.item_started = now
         w.deadline = self._deadline(chunk, now)
 
     def _on_lost(self, w: _Worker, outcome: Outcome, detail: str) -> None:
@@ -436,43 +588,44 @@ class WorkerPool:
         chunk.sink.put(chunk.indices[w.next_item], ItemResult(outcome, detail=detail))
         rest = w.next_item + 1
         if rest < len(chunk.items):
-            with self._lock:
-                self._queue.appendleft(_Chunk(chunk.shared, chunk.items[rest:], chunk.indices[rest:],
-                                              chunk.sink, chunk.limit, chunk.not_after))
+            self._queue.appendleft(_Chunk(chunk.shared, chunk.items[rest:], chunk.indices[rest:],
+                                          chunk.sink, chunk.limit, chunk.not_after))
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while self._wake_r.recv(4096):
+                pass
 
     def _dispatch_loop(self) -> None:
         try:
             while not self._closed:
                 now = time.monotonic()
                 self._assign(now)
-                with self._lock:
-                    busy = [w for w in self._workers if w.chunk is not None]
-                    waiting = [c.not_after for c in self._queue if c.not_after is not None]
+                busy = [w for w in self._workers if w.chunk is not None]
+                waiting = [c.not_after for c in list(self._queue) if c.not_after is not None]
                 wake_at = min([w.deadline for w in busy] + waiting, default=now + 1.0)
                 ready = _wait_connections([w.conn for w in busy] + [self._wake_r],
                                           timeout=max(0.0, min(wake_at - now, 1.0)))
                 now = time.monotonic()
                 for conn in ready:
                     if conn is self._wake_r:
-                        try:
-                            while self._wake_r.recv(4096):
-                                pass
-                        except (BlockingIOError, OSError):
-                            pass
+                        self._drain_wake()
                         continue
                     w = next(w for w in busy if w.conn is conn)
                     try:
                         while w.chunk is not None and conn.poll():
-                            self._on_message(w, conn.recv(), now)
-                    except (EOFError, OSError):
+                            self._on_message(w, pickle.loads(conn.recv_bytes()), now)
+                    except (EOFError, OSError, pickle.UnpicklingError):
                         self._on_lost(w, Outcome.ERROR, "worker process died")
                 for w in busy:
-                    if w.chunk is not None and now >= w.deadline:
+                    if w.chunk is not None and w.chunk.sink.abandoned:
+                        w.chunk = None
+                        self._replace(w)  # its caller has gone: stop the work, keep the size
+                    elif w.chunk is not None and now >= w.deadline:
                         self._on_lost(w, Outcome.TIMEOUT, f"time limit {w.chunk.limit:g}s exceeded")
         except Exception as exc:  # a dispatcher bug must not leave callers waiting forever
             print(f"veristep worker pool: dispatcher failed: {exc!r}", file=sys.stderr)
-            with self._lock:
-                self._closed = True
+            self._closed = True
         finally:
             self._shutdown_workers()
 
@@ -481,7 +634,5 @@ class WorkerPool:
 def _close_all_pools() -> None:
     """Stop every live pool at interpreter exit so no worker outlives its parent."""
     for pool in list(_LIVE_POOLS):
-        try:
+        with contextlib.suppress(Exception):
             pool.close()
-        except Exception:
-            pass

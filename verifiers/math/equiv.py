@@ -2,14 +2,14 @@
 
 Two layers: `compare_numbers` works on exact rationals with `fractions` only (cheap, cannot
 hang, used in the caller's process); `parse_answer` + `compare_parsed` use math-verify's LaTeX
-parser and sympy and are meant to run inside the isolated workers (see `reference_state` and
-`judge`, the two functions the worker pool calls). sympy is imported lazily so that the
+parser and sympy and are meant to run inside the isolated workers (worker.py holds the two
+functions the worker pool calls). sympy is imported lazily so that the
 caller's process does not pay for it.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -21,10 +21,16 @@ from .normalize import ExactNumber, exact_decimals, too_large_to_evaluate
 
 PercentMode = Literal["either", "strip", "divide"]
 
+# digits in groups of three after commas, left in a normalised answer: a list, not a number
+_GROUPED_LIST_RE = re.compile(r"[-+]?\d+(?:,\d{3})+")
+
 # Differences below this, relative to the values' size, count as zero for closed-form constants
 # evaluated at _PRECISION digits (sqrt(2)/2 vs 1/sqrt(2), pi-expressions).
 _ZERO_REL = Fraction(1, 10**45)
 _PRECISION = 60
+# math-verify's numeric precision for structured answers: 30 digits still tells 1e-20 from 0
+# and costs a third of 60 digits' time (sympy's evalf on sums and relations).
+_VERIFY_PRECISION = 30
 # What "numerically close" means for the audit flag: Math-Verify's 6-decimal rounding, or a
 # relative error of 1e-4.
 _CLOSE_ABS = Fraction(5, 10**7)
@@ -152,6 +158,10 @@ def parse_answer(text: str, cfg: EquivConfig, decimals: int | None = None) -> Pa
     if too_large_to_evaluate(text):
         return ParsedAnswer(text, [], "expression too large to evaluate")
     latex = exact_decimals(_percent_for_sympy(text, cfg.percent))
+    if _GROUPED_LIST_RE.fullmatch(latex):
+        # normalisation already removed every genuine thousands separator, so "32,349" here is
+        # the list 32, 349; math-verify alone would read it as one number
+        latex = "\\{" + latex + "\\}"
     parsed = parse(
         "\\boxed{" + latex + "}",
         extraction_config=[LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)],
@@ -164,6 +174,16 @@ def parse_answer(text: str, cfg: EquivConfig, decimals: int | None = None) -> Pa
     if cfg.imaginary_unit:
         parsed = [_with_imaginary_unit(p) for p in parsed]
     return ParsedAnswer(text, parsed, "", decimals)
+
+
+def _undefined(expr: Any) -> bool:
+    """True when an expression holds complex infinity or NaN (a division by zero, 0/0)."""
+    import sympy
+
+    try:
+        return bool(expr.has(sympy.zoo) or expr.has(sympy.nan))
+    except Exception:
+        return False
 
 
 def _is_constant(expr: Any) -> bool:
@@ -202,13 +222,14 @@ def _compare_constants(gold: Any, pred: Any, decimals: int | None, cfg: EquivCon
     a, b = gold.doit(), pred.doit()
     if isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
         return compare_values(_to_fraction(a), _to_fraction(b), decimals, cfg)
+    if _undefined(a) or _undefined(b):
+        return Verdict(Status.WRONG, "undefined value (division by zero)")
     av, bv = sympy.N(a, _PRECISION), sympy.N(b, _PRECISION)
     ar, ai = av.as_real_imag()
     br, bi = bv.as_real_imag()
     if not all(isinstance(x, sympy.Number) and x.is_finite for x in (ar, ai, br, bi)):
-        # infinities, undefined values: only an exact symbolic zero difference counts
-        same = a == b or sympy.simplify(a - b) == 0
-        return Verdict(Status.CORRECT if same else Status.WRONG)
+        # signed infinities written as such: only the same one (zoo and nan never get here)
+        return Verdict(Status.CORRECT if a in (sympy.oo, -sympy.oo) and a == b else Status.WRONG)
     fa, fai, fb, fbi = (_to_fraction(x) for x in (ar, ai, br, bi))
     scale = max(Fraction(1), abs(fa), abs(fb), abs(fai), abs(fbi))
     if abs(fa - fb) + abs(fai - fbi) <= _ZERO_REL * scale:
@@ -298,10 +319,13 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
     from math_verify import verify
 
     if not ref.parsed:
-        return Verdict(Status.PARSE_ERROR, f"reference: {ref.error}")
+        return Verdict(Status.BAD_REFERENCE, f"reference: {ref.error}")
     if not pred.parsed:
         return Verdict(Status.PARSE_ERROR, pred.error)
     gold_expr, pred_expr = ref.parsed[0], pred.parsed[0]
+    if _undefined(gold_expr) or _undefined(pred_expr):
+        # 12:00 read as 12/0: an undefined value equals nothing, not even another one
+        return Verdict(Status.WRONG, "undefined value (division by zero)")
     if _is_constant(gold_expr) and _is_constant(pred_expr):
         return _compare_constants(gold_expr, pred_expr, ref.decimals, cfg)
     if _is_plain_expr(gold_expr) and _is_plain_expr(pred_expr):
@@ -319,54 +343,6 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
     # math-verify's comparison, with its float rounding made irrelevant (decimals are exact
     # fractions by now) and a numeric precision high enough not to call 1e-20 zero.
     same = verify(
-        ref.parsed, pred.parsed, float_rounding=12, numeric_precision=_PRECISION, timeout_seconds=None
+        ref.parsed, pred.parsed, float_rounding=12, numeric_precision=_VERIFY_PRECISION, timeout_seconds=None
     )
     return Verdict(Status.CORRECT if same else Status.WRONG)
-
-
-# ------------------------------------------------------------- the worker pool's two calls
-
-
-# Parsed references per worker process: a reference that comes back in a later chunk (the
-# same prompt in the next batch, or a group cut in two) is not parsed again.
-_REFERENCE_CACHE: OrderedDict[tuple[str, int | None, EquivConfig], tuple[ParsedAnswer, EquivConfig]] = OrderedDict()
-_REFERENCE_CACHE_SIZE = 1024
-
-
-def reference_state(shared: tuple[str, int | None, EquivConfig]) -> tuple[ParsedAnswer, EquivConfig]:
-    """Parse one reference once for every completion that shares it (worker side)."""
-    state = _REFERENCE_CACHE.get(shared)
-    if state is not None:
-        _REFERENCE_CACHE.move_to_end(shared)
-        return state
-    text, decimals, cfg = shared
-    state = (parse_answer(text, cfg, decimals), cfg)
-    _REFERENCE_CACHE[shared] = state
-    if len(_REFERENCE_CACHE) > _REFERENCE_CACHE_SIZE:
-        _REFERENCE_CACHE.popitem(last=False)
-    return state
-
-
-def judge(state: tuple[ParsedAnswer, EquivConfig], pred_text: str) -> tuple[str, str, bool]:
-    """Judge one normalised predicted answer against the prepared reference (worker side)."""
-    ref, cfg = state
-    try:
-        verdict = compare_parsed(ref, parse_answer(pred_text, cfg), cfg)
-    except (MemoryError, RecursionError) as exc:
-        # the answer is too big or too deeply nested to evaluate: the model's doing, not ours
-        verdict = Verdict(Status.PARSE_ERROR, f"{type(exc).__name__}: answer too large to evaluate")
-    return verdict.status.value, verdict.detail, verdict.numeric_close
-
-
-def preload() -> None:
-    """Import the heavy modules the workers need, so forked workers start warm."""
-    import math_verify.grader
-    import math_verify.parser
-    import sympy  # noqa: F401
-
-    # we run math-verify without its signal timeouts on purpose (the worker pool enforces the
-    # limit); silence its one-time warning about that
-    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
-    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
-
-    parse_answer("\\frac{1}{2}", EquivConfig())  # also warms the ANTLR parser's caches

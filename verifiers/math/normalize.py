@@ -42,12 +42,28 @@ _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
 _FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox|mathbf|operatorname)\s*\{([^{}]*)\}")
 _OR_RE = re.compile(r"\\text\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+|\\(?:quad|qquad)")
+# ", \quad", "\quad \text{and} \quad", ", and" all become one comma
+_COMMA_RUN_RE = re.compile(r"\s*,(?:\s*,)+\s*")
+# "28 percent", "28 pct", "28\text{ percentage}" -> 28\%
+_PERCENT_WORD_RE = re.compile(r"(?<=\d)\s*(?:\\(?:text|mbox|mathrm)\s*\{\s*)?(?:percent(?:age)?|pct)\b\.?\s*\}?", re.I)
 _EMPTYSET_RE = re.compile(r"\\(?:varnothing|emptyset)(?![A-Za-z])|\\\{\s*\\\}")
 _TRAILING_WORDS_RE = re.compile(r"^([-+]?[\d.,/]*\d\.?\d*)\s*(?:\\%|%)?\s+(?:[A-Za-z]{2,}\.?\s*){1,4}$")
 # "5 million" is not 5: words that scale the number are never dropped as units
 _MAGNITUDE_RE = re.compile(r"(?i)\b(?:hundred|thousand|million|billion|trillion|dozen|percent|times)\b")
 _SPACE_AFTER_CMD_RE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z0-9])")
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?$")
+# 1,234 and 12,345,678.5: groups of three after a non-zero lead ("0,111" is a decimal comma)
+_THOUSANDS_RE = re.compile(r"^[-+]?[1-9]\d{0,2}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?$")
+# 1,22 / 1000,99 / 0,111 written in plain text: a decimal comma (see normalize_answer)
+_DECIMAL_COMMA_RE = re.compile(r"^([-+]?\d+),(\d+)((?:\\%)?)$")
+_LIST_COMMA_RE = re.compile(r",\s")
+_CURRENCY_RE = re.compile(r"[€£¥₹]")
+# "32,\\!349" and "32,\\! 349": LaTeX's spacing for a thousands separator
+_LATEX_THOUSANDS_RE = re.compile(r"(?<=\d),\\!\s*(?=\d{3})")
+_SUBSCRIPT_RE = re.compile(r"_\{[^{}]*\}|_\w")
+# relations other than "=": an inequality or membership is not an assignment or a chain
+_RELATION_RE = re.compile(r"[<>]|\\(?:le|ge|ne|leq|geq|neq|lt|gt|in|subset|subseteq|notin)(?![A-Za-z])|!=")
+_COLON_RE = re.compile(r"(-?\d+(?:\.\d+)?):(\d+(?:\.\d+)?)")
+_TIME_RE = re.compile(r"(?:[01]?\d|2[0-3]):[0-5]\d")
 _SCI_E_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
 _MIXED_RE = re.compile(r"^(-?)(\d+)\\frac\{(\d+)\}\{(\d+)\}$")
 _REPEAT_RE = re.compile(r"(\d*)\.(\d*)\\overline\{(\d{1,50})\}")
@@ -95,22 +111,29 @@ def _unwrap_text(s: str) -> str:
     return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)
 
 
-def normalize_answer(answer: str) -> str:
+def normalize_answer(answer: str, plain: bool = False) -> str:
     """Return the canonical spelling of an answer: LaTeX with no spaces, units or decorations.
 
     Equal strings after normalisation mean equal answers; different strings mean "compare
-    further", never "different".
+    further", never "different". Commas between digits: "1,234" and "12,345,678" are thousands
+    separators; a comma followed by a space ("32, 349") always separates list items; any other
+    comma separates list items too ("-2,1"), except with `plain=True` (a number read from prose)
+    where one comma between digits is a decimal comma ("2,74"); see `decimal_comma_twin`.
     """
     s = answer.strip()
     s = _SQRT_UNICODE_RE.sub(lambda m: "\\sqrt{" + (m.group(1) or m.group(2) or m.group(3)) + "}", s)
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = s.replace("\\$", "").replace("$", "")
+    s = _CURRENCY_RE.sub("", s)
+    s = _LATEX_THOUSANDS_RE.sub("{,}", s)
+    s = _PERCENT_WORD_RE.sub("\\\\%", s)
     s = _DEGREE_RE.sub("", s)
     s = s.replace("\\%", "%").replace("%", "\\%")
     tw = _TRAILING_WORDS_RE.match(s)
     if tw and not _MAGNITUDE_RE.search(s[tw.end(1) :]):
         s = tw.group(1) + ("\\%" if "%" in s[tw.end(1) :] else "")
-    s = _OR_RE.sub(",", s)
+    s = _OR_RE.sub(", ", s)
+    s = _COMMA_RUN_RE.sub(", ", s).strip(" ,")
     s = _unwrap_text(s)
     s = _EMPTYSET_RE.sub("\\\\emptyset", s)
     s = _DROP_RE.sub(" ", s)
@@ -118,14 +141,17 @@ def normalize_answer(answer: str) -> str:
     s = _SQRT_PAREN_RE.sub(lambda m: "\\sqrt{" + m.group(1) + "}", s)
     # keep "\pi r" apart, drop every other space ("1 000", "x + 1")
     s = _SPACE_AFTER_CMD_RE.sub(lambda m: m.group(1) + "\x00", s)
+    listed = _LIST_COMMA_RE.search(s) is not None  # "32, 349" is two items, never 32349
     s = re.sub(r"\s+", "", s).replace("\x00", " ")
     s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = s.rstrip(".,;:")
     if s.startswith("{") and s.endswith("}") and _balanced_group(s):
         s = s[1:-1]
-    if _THOUSANDS_RE.match(s):
+    if not listed and _THOUSANDS_RE.match(s):
         s = s.replace("{,}", "").replace(",", "")
+    elif plain and not listed and (twin := decimal_comma_twin(s)):
+        s = twin
     sci = _SCI_E_RE.match(s)
     if sci:
         s = f"{sci.group(1)}\\times10^{{{int(sci.group(2))}}}" if len(sci.group(2)) < 6 else s
@@ -137,7 +163,65 @@ def normalize_answer(answer: str) -> str:
     if re.fullmatch(r"[A-Za-z][A-Za-z ]+", s) and len(s) > 1:
         s = s.lower()  # a word answer ("Monday", "Evelyn") is case-insensitive
         s = _NUMBER_WORDS.get(s, s)
-    return s
+    return collapse_chain(s)
+
+
+def decimal_comma_twin(normalized: str, min_decimals: int = 1) -> str | None:
+    """`1,22` read with a decimal comma (`1.22`); None unless the answer is one such number with
+    at least `min_decimals` digits after the comma.
+
+    In an answer field `1,22` is ambiguous (the list 1, 22 or the number 1.22): normalisation
+    keeps the list, and the verifier also accepts this twin, with two digits or more after the
+    comma ("-2,1" stays the roots -2 and 1), when the other side is written exactly so. In prose
+    ("costs 2,74 $") it is the number.
+    """
+    dec = _DECIMAL_COMMA_RE.fullmatch(normalized)
+    if dec is None or len(dec.group(2)) < min_decimals:
+        return None
+    return f"{dec.group(1)}.{dec.group(2)}{dec.group(3)}"
+
+
+def _top_level_split(s: str, sep: str) -> list[str]:
+    """Split on `sep` outside (), [], {} (one pass)."""
+    parts, depth, last = [], 0, 0
+    for i, c in enumerate(s):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(s[last:i])
+            last = i + 1
+    parts.append(s[last:])
+    return parts
+
+
+def _is_symbolic_name(lhs: str) -> bool:
+    """A left-hand side made of symbols only (`x`, `x_{1}`, `\\frac{NO}{BO}`, `|AB|`, `(p,q)`)."""
+    bare = _SUBSCRIPT_RE.sub("", lhs)
+    return bool(re.search(r"[A-Za-z]", bare)) and not re.search(r"\d", bare)
+
+
+def collapse_chain(normalized: str) -> str:
+    """Shorten a chain of equalities to what it asserts: `x=5+5+1=11` -> `x=11`, `1+1=2` -> ...
+
+    A symbol on the left keeps it (`z=1+1=2` -> `z=2`); otherwise the last value remains.
+    `\\approx` ends the exact part (`x=1/3\\approx0.33` -> `x=1/3`) or, with no `=` before it,
+    reads as one (`x\\approx11` -> `x=11`).
+    """
+    s = normalized
+    if "\\approx" in s:
+        head = s.split("\\approx", 1)[0]
+        s = head if "=" in head else s.replace("\\approx", "=")
+        s = s.lstrip("=")
+    if s.count("=") < 2 or _RELATION_RE.search(s):
+        return s
+    parts = _top_level_split(s, "=")
+    if len(parts) < 3 or not all(parts) or any("," in p for p in _top_level_split(s, ",")[1:2]):
+        return s
+    if len(_top_level_split(s, ",")) > 1:
+        return s  # a system such as x=1,y=2=... is not one chain
+    return f"{parts[0]}={parts[-1]}" if _is_symbolic_name(parts[0]) else parts[-1]
 
 
 def _balanced_group(s: str) -> bool:
@@ -210,11 +294,40 @@ def parse_exact_number(normalized: str) -> ExactNumber | None:
 
 
 def split_assignment(normalized: str) -> str | None:
-    """The right-hand side of a single-variable assignment like `x=3` (None if not one)."""
-    m = re.fullmatch(r"([A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+)=([^=<>]+)", normalized)
-    if not m or m.group(1) in ("\\le", "\\ge", "\\ne"):
+    """The right-hand side of an assignment such as `x=3`, `|AB|=1` or `(p,q)=(3,2)` (else None).
+
+    The left side must be symbols only (no digits outside subscripts): `2x+z=1` is an equation.
+    """
+    if normalized.count("=") != 1 or _RELATION_RE.search(normalized):
         return None
-    return m.group(2)
+    parts = _top_level_split(normalized, "=")
+    if len(parts) != 2 or not parts[0] or not parts[1] or not _is_symbolic_name(parts[0]):
+        return None
+    if len(_top_level_split(normalized, ",")) > 1:
+        return None  # "a=1,b=2" names two values
+    return parts[1]
+
+
+def equation_rhs(normalized: str) -> str | None:
+    """The last right-hand side of an equation (`\\cos A=-\\frac{24}{25}` -> `-\\frac{24}{25}`)."""
+    if "=" not in normalized or _RELATION_RE.search(normalized) or len(_top_level_split(normalized, ",")) > 1:
+        return None
+    parts = _top_level_split(normalized, "=")
+    return parts[-1] if len(parts) >= 2 and parts[-1] else None
+
+
+def membership_set(normalized: str) -> str | None:
+    """The set of `x\\in[-2,7]` (a symbol on the left), else None."""
+    m = re.fullmatch(r"([A-Za-z](?:_\{?\w+\}?)?)\\in(.+)", normalized)
+    return m.group(2) if m else None
+
+
+def colon_pair(normalized: str) -> tuple[Fraction, Fraction, bool] | None:
+    """`a:b` with plain numbers: (a, b, looks like a clock time `h:mm`), else None."""
+    m = _COLON_RE.fullmatch(normalized)
+    if not m or len(m.group(1)) > 30 or len(m.group(2)) > 30:
+        return None
+    return Fraction(m.group(1)), Fraction(m.group(2)), _TIME_RE.fullmatch(normalized) is not None
 
 
 def exact_decimals(latex: str) -> str:

@@ -1,11 +1,13 @@
 """Match parsed tool calls against expected calls, following BFCL's AST-checker rules.
 
-Rules (README "Tool-call verifier" has the full table and the differences from BFCL):
-names must be equal; every expected argument gives one value or a list of allowed values;
-optional arguments may be omitted when the expected list contains "" (BFCL's marker) or the
-expected value equals the schema default; strings compare after BFCL's normalisation;
-numbers compare by value (2 == 2.0), booleans only with booleans; arrays in order, objects
-by key; parallel calls are paired order-insensitively by a maximum bipartite matching.
+Rules (docs/verifiers.md "Tool-call verifier" has the full table and the differences from
+BFCL): names must be equal; every expected argument gives one value or a list of allowed
+values; optional arguments may be omitted, or sent as "" when they are strings, where the
+expected list contains "" (BFCL's marker), or omitted where the expected value equals the
+schema default; an expected object whose values are all lists gives allowed values per key,
+at any depth (BFCL's possible-answer shape); strings compare after BFCL's normalisation;
+numbers compare by value (2 == 2.0), booleans only with booleans; arrays in order, objects by
+key; parallel calls are paired order-insensitively by a maximum bipartite matching.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def _equal(actual: Any, expected: Any, mode: StringMatch) -> bool:
         )
     if expected is None:
         return actual is None
+    if isinstance(expected, ObjectPattern):
+        return isinstance(actual, Mapping) and expected.matches(actual, mode)
     if isinstance(expected, (list, tuple)):
         return (
             isinstance(actual, (list, tuple))
@@ -94,6 +98,28 @@ class ArgumentSpec:
 
     allowed: list[Any]
     may_omit: bool = False
+
+    def accepts(self, value: Any, mode: StringMatch) -> bool:
+        """True when `value` is allowed; an explicit "" stands for "left out" where that is allowed."""
+        if self.may_omit and isinstance(value, str) and value == OMIT:
+            return True
+        return any(values_equal(value, allowed, mode) for allowed in self.allowed)
+
+
+@dataclass
+class ObjectPattern:
+    """An expected object given as allowed values per key (BFCL's nested possible answers)."""
+
+    fields: dict[str, ArgumentSpec]
+
+    def matches(self, actual: Mapping[str, Any], mode: StringMatch) -> bool:
+        """Every key of `actual` is expected and allowed; every expected key present or omittable."""
+        if any(key not in self.fields for key in actual):
+            return False
+        return all(
+            spec.accepts(actual[key], mode) if key in actual else spec.may_omit
+            for key, spec in self.fields.items()
+        )
 
 
 @dataclass
@@ -117,17 +143,40 @@ def argument_spec(value: Any, prop_schema: Any = None) -> ArgumentSpec:
     A list is a list of allowed values (BFCL style), and "" in it means the parameter may be
     omitted. Exception: for a parameter whose schema type is "array", a list whose elements
     are not all lists (or "") is the expected array itself. An empty list is a literal [].
+    Each allowed value is read by `allowed_value`, so objects nest.
     """
     if not isinstance(value, list):
-        return ArgumentSpec([value])
+        return ArgumentSpec([allowed_value(value, prop_schema)])
     if not value:
         return ArgumentSpec([[]])
     if "array" in _schema_types(prop_schema) and not all(
         isinstance(item, list) or item == OMIT for item in value
     ):
-        return ArgumentSpec([value])
-    allowed = [item for item in value if not (isinstance(item, str) and item == OMIT)]
+        return ArgumentSpec([allowed_value(value, prop_schema)])
+    allowed = [
+        allowed_value(item, prop_schema)
+        for item in value
+        if not (isinstance(item, str) and item == OMIT)
+    ]
     return ArgumentSpec(allowed, may_omit=len(allowed) < len(value))
+
+
+def allowed_value(value: Any, schema: Any = None, depth: int = 0) -> Any:
+    """One allowed value: an object whose values are all lists becomes an ObjectPattern.
+
+    BFCL writes nested answers as {"key": [allowed, ...]} (and lists of such objects); any
+    other object or list is a literal value, matched as it is.
+    """
+    if depth > 32:
+        return value
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema, Mapping) else None
+        return [allowed_value(item, items, depth + 1) for item in value]
+    if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
+        props = schema.get("properties") if isinstance(schema, Mapping) else None
+        props = props if isinstance(props, Mapping) else {}
+        return ObjectPattern({key: argument_spec(sub, props.get(key)) for key, sub in value.items()})
+    return value
 
 
 def expected_call(obj: Any, spec: FunctionSpec | None = None) -> ExpectedCall:
@@ -178,7 +227,7 @@ def argument_mismatch(
                 return f"{call.name}: missing argument {param!r}"
             continue
         value = call.arguments[param]
-        if not any(values_equal(value, allowed, mode) for allowed in arg.allowed):
+        if not arg.accepts(value, mode):
             return f"{call.name}: {param}={_short(value)} not in allowed {_short(arg.allowed)}"
     for param, value in call.arguments.items():
         if param in expected.arguments:

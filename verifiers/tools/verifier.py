@@ -1,8 +1,13 @@
 """`ToolCallVerifier`: parse a completion's tool calls, check them against the function
-schemas, and match them against the expected calls (BFCL rules) to produce a reward."""
+schemas, and match them against the expected calls (BFCL rules) to produce a reward.
+
+Without expected calls (schema-only mode) the reward is 1 for any completion whose calls all
+parse and fit the function schemas ("any valid call")."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,24 +15,31 @@ from typing import Any
 
 from ..core.batch import BatchRunner, as_verify_result, default_workers
 from ..core.result import Status, VerifyResult
-from .match import ExpectedCall, StringMatch, expected_call, match_calls
+from .match import OMIT, ExpectedCall, ObjectPattern, StringMatch, expected_call, match_calls
 from .parsers import (
     DEFAULT_MAX_DEPTH,
     ParsedCalls,
+    ToolCall,
     ToolFormat,
     parse_tool_calls,
     resolve_format,
 )
-from .schema import ToolSchema, Violation
+from .schema import ToolSchema, Violation, validate_arguments
+
+#: Distinct references a verifier keeps checked (BFCL: about 2,500 questions, in each format).
+_REFERENCE_CACHE = 16384
 
 
 @dataclass
 class ToolReference:
-    """A checked reference: the function schemas, the expected calls and the format."""
+    """A checked reference: the function schemas, the expected calls and the format.
+
+    `expected` None is schema-only mode: any completion whose calls are all valid scores 1.
+    """
 
     tools: list[Any]
     schema: ToolSchema | None
-    expected: list[ExpectedCall]
+    expected: list[ExpectedCall] | None
     format: ToolFormat
 
 
@@ -36,7 +48,9 @@ class ToolCallVerifier:
 
     Reference: {"tools": [OpenAI function definitions], "expected": [{"name", "arguments"}],
     "format": "auto"}; a bare list is taken as "expected". `expected: []` means the model
-    should not call any tool (reward 1 for no call).
+    should not call any tool (reward 1 for no call); no "expected" key at all means schema-only
+    mode (reward 1 for one or more calls that all fit "tools"). A reference that cannot be used
+    (malformed, or expected values that break their own schema) gives BAD_REFERENCE, unjudged.
     """
 
     kind = "tools"
@@ -76,53 +90,103 @@ class ToolCallVerifier:
         self.closed_parameters = closed_parameters
         self.timeout = timeout
         self.max_reported = max_reported
-        self._runner = BatchRunner(self._verify_item, self.workers, timeout)
+        self._runner: BatchRunner | None = BatchRunner(self._verify_item, self.workers, timeout)
+        self._checked: dict[str, ToolReference | str] = {}  # reference JSON -> reference or error
+        self._checked_lock = threading.Lock()
 
-    # the runner (live processes) stays behind when the verifier is sent to a worker
+    # the runner (live processes) and the cache stay behind when the verifier is sent elsewhere
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_runner"] = None
+        state["_checked"] = {}
+        del state["_checked_lock"]
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._checked_lock = threading.Lock()
+
     def reference_from_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """{"tools", "expected", "format"} from a JSONL line (KeyError without "expected")."""
-        return {
+        """{"tools", "expected", "format"} from a JSONL line; no "expected": schema-only mode.
+
+        KeyError when the line has neither "expected" nor "tools".
+        """
+        if "expected" not in record and not record.get("tools"):
+            raise KeyError("expected")
+        reference = {
             "tools": record.get("tools") or [],
-            "expected": record["expected"],
             "format": record.get("format") or self.format.value,
         }
+        if "expected" in record:
+            reference["expected"] = record["expected"]
+        return reference
 
     def check_reference(self, reference: Any) -> ToolReference:
-        """Validate and compile a reference; ValueError says what is wrong with it."""
+        """Validate and compile a reference (cached); ValueError says what is wrong with it."""
         if isinstance(reference, ToolReference):
             return reference
+        try:
+            key = json.dumps(reference, sort_keys=True)
+        except (TypeError, ValueError):
+            return self._read_reference(reference)  # not JSON: read it (and say why it fails)
+        return self._from_key(key, reference)
+
+    def _from_key(self, key: str, reference: Any = None) -> ToolReference:
+        """The checked reference for its JSON text, read once per process and kept."""
+        found = self._checked.get(key)
+        if found is None:
+            try:
+                found = self._read_reference(json.loads(key) if reference is None else reference)
+            except ValueError as err:
+                found = str(err)
+            with self._checked_lock:
+                if len(self._checked) >= _REFERENCE_CACHE:
+                    self._checked.pop(next(iter(self._checked)))
+                self._checked[key] = found
+        if isinstance(found, str):
+            raise ValueError(found)
+        return found
+
+    def _read_reference(self, reference: Any) -> ToolReference:
         if isinstance(reference, list):
             reference = {"expected": reference}
-        if not isinstance(reference, Mapping) or "expected" not in reference:
+        if not isinstance(reference, Mapping) or not ("expected" in reference or reference.get("tools")):
             raise ValueError(
-                'a tools reference is {"tools": [...], "expected": [...], "format": ...}'
+                'a tools reference is {"tools": [...], "expected": [...], "format": ...} '
+                '(leave out "expected" for schema-only mode, which needs "tools")'
             )
         tools = reference.get("tools") or []
         schema = ToolSchema.from_tools(tools, closed=self.closed_parameters) if tools else None
+        fmt = resolve_format(reference.get("format") or self.format)
+        if "expected" not in reference:
+            return ToolReference(list(tools), schema, None, fmt)
         expected_raw = reference["expected"]
         if not isinstance(expected_raw, list):
             raise ValueError(
-                f'"expected" must be a list of calls, got {type(expected_raw).__name__}'
+                f'"expected" must be a list of calls, got {type(expected_raw).__name__} '
+                '(leave it out for schema-only mode)'
             )
-        expected = [
-            expected_call(item, schema.get(_name_of(item)) if schema is not None else None)
-            for item in expected_raw
-        ]
+        try:
+            expected = [
+                expected_call(item, schema.get(_name_of(item)) if schema is not None else None)
+                for item in expected_raw
+            ]
+        except RecursionError:
+            raise ValueError('"expected" is nested too deeply') from None
         if schema is not None:
             unknown = [e.name for e in expected if schema.get(e.name) is None]
             if unknown:
                 raise ValueError(f"expected calls use functions missing from tools: {unknown}")
-        fmt = resolve_format(reference.get("format") or self.format)
+            for call in expected:
+                _check_against_schema(call, schema)
         return ToolReference(list(tools), schema, expected, fmt)
 
     def verify(self, completion: str, reference: Any) -> VerifyResult:
-        """Verify one completion in this process; raises only on a malformed reference."""
-        ref = self.check_reference(reference)
+        """Verify one completion in this process; an unusable reference gives BAD_REFERENCE."""
+        try:
+            ref = self.check_reference(reference)
+        except ValueError as err:
+            return bad_reference(str(err))
         try:
             return self._judge(completion, ref)
         except Exception as err:  # noqa: BLE001 - a bug of ours must not look like a model error
@@ -133,27 +197,64 @@ class ToolCallVerifier:
     def verify_batch(
         self, completions: Sequence[str], references: Sequence[Any]
     ) -> list[VerifyResult]:
-        """Verify many completions in worker processes, each under the per-item time limit."""
+        """Verify many completions in worker processes, each under the per-item time limit.
+
+        References travel as JSON text, each distinct one once per chunk of items; the workers
+        read (and cache) them, so the caller's process only serialises.
+        """
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
-        refs = [self.check_reference(r) for r in references]  # bad configuration fails early
-        if self._runner is None:
-            self._runner = BatchRunner(self._verify_item, self.workers, self.timeout)
-        items = list(zip(completions, refs, strict=True))
-        return [as_verify_result(result) for result in self._runner.run(items)]
+        results: list[VerifyResult | None] = [None] * len(completions)
+        keys: list[str] = []
+        index_of: dict[str, int] = {}
+        items: list[tuple[str, int]] = []
+        positions: list[int] = []
+        previous: Any = object()
+        for pos, (completion, reference) in enumerate(zip(completions, references, strict=True)):
+            if reference is not previous:  # a group of samples often shares one reference object
+                previous = reference
+                try:
+                    key = json.dumps(reference, sort_keys=True)
+                except (TypeError, ValueError) as err:
+                    key = None
+                    detail = f"a tools reference must be JSON data: {err}"
+            if key is None:
+                results[pos] = bad_reference(detail)
+                continue
+            if key not in index_of:
+                index_of[key] = len(keys)
+                keys.append(key)
+            items.append((completion, index_of[key]))
+            positions.append(pos)
+        if items:
+            if self._runner is None:
+                self._runner = BatchRunner(self._verify_item, self.workers, self.timeout)
+            for pos, result in zip(positions, self._runner.run(items, keys), strict=True):
+                results[pos] = as_verify_result(result)
+        return [r for r in results if r is not None]
 
     def close(self) -> None:
         """Stop the batch worker processes."""
         if self._runner is not None:
             self._runner.close()
 
-    def _verify_item(self, item: tuple[str, ToolReference]) -> VerifyResult:
-        completion, ref = item
+    def __enter__(self) -> ToolCallVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _verify_item(self, completion: str, key: str) -> VerifyResult:
+        try:
+            ref = self._from_key(key)
+        except ValueError as err:
+            return bad_reference(str(err))
         return self.verify(completion, ref)
 
     def _judge(self, completion: str, ref: ToolReference) -> VerifyResult:
         start = time.perf_counter()
-        limit = max(self.max_calls, len(ref.expected))
+        expected = ref.expected or []
+        limit = max(self.max_calls, len(expected))
         parsed = parse_tool_calls(
             completion,
             ref.format,
@@ -167,7 +268,7 @@ class ToolCallVerifier:
         calls = parsed.calls
         if not calls and not parsed.errors:
             timings = {"parse_s": parsed_at - start}
-            if not ref.expected:
+            if ref.expected is not None and not ref.expected:
                 return VerifyResult(
                     1.0, True, Status.CORRECT, "no call, as expected", timings=timings, extra=extra
                 )
@@ -182,20 +283,27 @@ class ToolCallVerifier:
             timings = {"parse_s": parsed_at - start}
             return VerifyResult(0.0, False, status, detail, timings=timings, extra=extra)
 
+        calls = [_drop_empty_omissions(call, ref) for call in calls]
         issues = [ref.schema.validate(call) if ref.schema is not None else [] for call in calls]
         reported = [
             {"call": i, **issue.to_dict()} for i, found in enumerate(issues) for issue in found
         ]
         if reported:
             extra["schema_issues"] = reported[: max(self.max_reported, 1)]
-        match = match_calls(
-            calls,
-            ref.expected,
-            ref.schema,
-            self.string_match,
-            eligible=[not found for found in issues],
-        )
-        extra["matched"] = match.matched
+        if ref.expected is None:  # schema-only: every call must be valid, none is compared
+            match = None
+            extra["valid_calls"] = sum(not found for found in issues)
+            status, detail = Status.CORRECT, ""  # unless a parse error or a schema issue below
+        else:
+            match = match_calls(
+                calls,
+                ref.expected,
+                ref.schema,
+                self.string_match,
+                eligible=[not found for found in issues],
+            )
+            extra["matched"] = match.matched
+            status, detail = match.status, match.detail
 
         if parsed.errors:
             status, detail = Status.PARSE_ERROR, parsed.errors[0].message
@@ -210,15 +318,14 @@ class ToolCallVerifier:
                 Status.SCHEMA_VIOLATION,
                 f"call {first['call']}: {first['path'] or '/'}: {first['message']}",
             )
-        else:
-            status, detail = match.status, match.detail
         correct = status is Status.CORRECT
         if correct:
             reward = 1.0
         elif self.partial_credit:
             # unreadable candidates count as calls that matched nothing
-            denominator = max(parsed.n_candidates, len(ref.expected))
-            reward = match.matched / denominator if denominator else 0.0
+            good = match.matched if match is not None else extra["valid_calls"]
+            denominator = max(parsed.n_candidates, len(expected))
+            reward = good / denominator if denominator else 0.0
         else:
             reward = 0.0
         timings = {"parse_s": parsed_at - start, "check_s": time.perf_counter() - parsed_at}
@@ -243,3 +350,70 @@ def _name_of(item: Any) -> str:
         if len(item) == 1:
             return str(next(iter(item)))
     return ""
+
+
+def bad_reference(detail: str) -> VerifyResult:
+    """The result for a reference that cannot be used: unjudged, never a wrong answer."""
+    return VerifyResult(0.0, False, Status.BAD_REFERENCE, detail[:500])
+
+
+def _admits_string(prop_schema: Any) -> bool:
+    if not isinstance(prop_schema, Mapping):
+        return False
+    kind = prop_schema.get("type")
+    return kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
+def _drop_empty_omissions(call: ToolCall, ref: ToolReference) -> ToolCall:
+    """Read an explicit "" as "left out" where an expected call may omit that string parameter.
+
+    BFCL's marker "" means "may be omitted or empty"; the schema's enum need not list "".
+    A required parameter keeps its "" (and the schema judges it).
+    """
+    if not ref.expected or not any(v == OMIT for v in call.arguments.values() if isinstance(v, str)):
+        return call
+    spec = ref.schema.get(call.name) if ref.schema is not None else None
+    props = spec.properties if spec is not None else {}
+    required = spec.required if spec is not None else frozenset()
+    omittable = {
+        param
+        for exp in ref.expected
+        if exp.name == call.name
+        for param, arg in exp.arguments.items()
+        if arg.may_omit and param in props and param not in required and _admits_string(props[param])
+    }
+    dropped = {k: v for k, v in call.arguments.items() if not (k in omittable and v == OMIT)}
+    return call if len(dropped) == len(call.arguments) else ToolCall(call.name, dropped)
+
+
+def _concrete(value: Any) -> bool:
+    if isinstance(value, ObjectPattern):
+        return False
+    if isinstance(value, list):
+        return all(_concrete(v) for v in value)
+    return True
+
+
+def _check_against_schema(call: ExpectedCall, schema: ToolSchema) -> None:
+    """ValueError when an expected call can never match: its values break its own schema."""
+    spec = schema.get(call.name)
+    if spec is None:
+        return
+    closed = spec.parameters.get("additionalProperties") is False
+    for param, arg in call.arguments.items():
+        if closed and param not in spec.properties and not arg.may_omit:
+            raise ValueError(f"expected {call.name}({param}=...): {param!r} is not a parameter of {call.name}")
+        if param not in spec.properties:
+            continue
+        for value in arg.allowed:
+            if not _concrete(value):
+                continue  # nested allowed values are judged key by key when matched
+            found = [i for i in validate_arguments(spec, {param: value}) if i.path.startswith(f"/{param}")]
+            if found:
+                raise ValueError(
+                    f"expected {call.name}({param}={value!r:.60}) breaks the function's own schema "
+                    f"({found[0].message}); a call with that value could never be accepted"
+                )
+    missing = sorted(spec.required - set(call.arguments))
+    if missing:
+        raise ValueError(f"expected {call.name} call lacks required parameter(s) {missing}; it could never match")

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 from veristep.verifiers.code import CodeVerifier
@@ -40,13 +46,14 @@ def test_rlimits_only_runs_with_opt_in_and_reports_it():
     verifier = CodeVerifier(isolation="rlimits-only", allow_unsandboxed=True, timeout=2.0)
     assert verifier.isolation is Isolation.RLIMITS_ONLY and not verifier.isolation.isolated
     result = verifier.verify("print(int(input()) * 2)", {"tests": [{"stdin": "21", "stdout": "42"}]})
-    assert result.correct and result.extra["isolation"] == "rlimits-only"
+    assert result.correct and result.extra["isolation"] == "rlimits-only+seccomp"
     with verifier.sandbox.session() as session:
         step = session.run({"main.py": WHOAMI}, Limits(), python_main="main.py")
-        hostdir = session._hostdir
+        hostdir = session._process._hostdir
     uid, cwd, env = step.stdout.split(" ", 2)
     assert int(uid) != 0  # root callers drop to uid 65534
     assert cwd.startswith(hostdir) and "SECRET" not in env and "PYTHONPATH" not in env
+    verifier.close()
     assert not os.path.exists(hostdir)  # the private folder is removed on close
 
 
@@ -129,39 +136,35 @@ def test_step_result_flags(code_verifier):
         assert killed.signal == 9 and killed.exit_code is None
 
 
-def test_reused_sandboxes_are_reset_between_completions(make_code_verifier, sandbox_processes):
+def test_each_completion_gets_a_fresh_container_in_the_threads_sandbox(make_code_verifier,
+                                                                       sandbox_processes):
     before = set(_all_sandbox_pids())
     verifier = make_code_verifier(timeout=2.0, workers=1)
     leave = "import os\nopen('/tmp/left', 'w').write('x')\nos.fork() or __import__('time').sleep(60)\n"
     look = (
         "import os\n"
         "print(sorted(os.listdir('.')), os.path.exists('/tmp/left'),"
-        " len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
+        " sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
     )
     cpp = "#include <cstdio>\nint main() { std::puts(\"built\"); }"
     with verifier:
         verifier.verify(leave, {"tests": [{"stdout": ""}]})
         assert verifier.verify(cpp, {"language": "cpp", "tests": [{"stdout": "built"}]}).correct
-        first = verifier._sandboxes._local.session
-        result = verifier.verify(look, {"tests": [{"stdout": "['main.py'] False 2"}]})
+        first = verifier.sandbox._local.process
+        result = verifier.verify(look, {"tests": [{"stdout": "['main.py'] False [1, 2]"}]})
         assert result.correct, result.extra["tests"]
-        assert verifier._sandboxes._local.session is first  # the same sandbox, reused
+        assert verifier.sandbox._local.process is first  # the same sandbox, a new container
         # A failed build must not run the previous completion's binary.
         broken = verifier.verify("int main( {", {"language": "cpp", "tests": [{"stdout": "built"}]})
         assert broken.status.value == "compile_error"
-        results = verifier.verify_batch([look] * 4, [{"tests": [{"stdout": "['main.py'] False 2"}]}] * 4)
+        results = verifier.verify_batch([look] * 4, [{"tests": [{"stdout": "['main.py'] False [1, 2]"}]}] * 4)
         assert all(r.correct for r in results)
     assert sandbox_processes() == []
-    assert set(_all_sandbox_pids()) <= before  # close() stopped this verifier's sandboxes
-
-
-def test_sandbox_reuse_one_starts_a_sandbox_per_completion(make_code_verifier):
-    verifier = make_code_verifier(timeout=2.0, sandbox_reuse=1)
-    for _ in range(2):
-        assert verifier.verify("print(1)", {"tests": [{"stdout": "1"}]}).correct
-        assert getattr(verifier._sandboxes._local, "session", None) is None
-    with pytest.raises(ValueError):
-        make_code_verifier(sandbox_reuse=0)
+    # close() stopped this verifier's sandboxes (their last processes may take a moment to go).
+    deadline = time.monotonic() + 10
+    while not set(_all_sandbox_pids()) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_all_sandbox_pids()) <= before
 
 
 def _all_sandbox_pids() -> list[int]:
@@ -180,3 +183,133 @@ def _all_sandbox_pids() -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+# ---- issue 20: no orphans, no hang at start ----------------------------------------------------
+_PARENT = r"""
+import os, sys
+from veristep.verifiers.code import CodeVerifier
+
+marker = os.environ["VERISTEP_TEST_MARKER"]  # not in this process's own command line
+verifier = CodeVerifier(isolation=sys.argv[1], allow_unsandboxed=True, timeout=60.0, workers=2)
+program = f"import os\nos.execv('/bin/sh', ['sh', '-c', 'sleep 120; : {marker}'])\n"
+print("verifying", flush=True)
+verifier.verify_batch([program] * 2, [{"tests": [{"stdout": ""}]}] * 2)
+"""
+
+
+def _descendants(root: int) -> set[int]:
+    """Live (not zombie) processes below `root`, found by walking parent links in /proc."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(name)] = int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_sandboxes_die_with_their_parent(code_verifier, sandbox_processes, sig):
+    marker = f"veristep-orphan-{secrets.token_hex(6)}"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, code_verifier.isolation.value],
+                              env=dict(os.environ, VERISTEP_TEST_MARKER=marker))
+    try:
+        deadline = time.monotonic() + 60
+        while len(sandbox_processes(marker.encode())) < 2:  # both programs are running
+            assert time.monotonic() < deadline and parent.poll() is None, "never started"
+            time.sleep(0.1)
+        tree = _descendants(parent.pid)
+        assert len(tree) >= 8  # launcher, zygote, container and program, twice
+        parent.send_signal(sig)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _alive(tree) == [] and sandbox_processes(marker.encode()) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def _alive(pids: set[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def test_a_sandbox_start_does_not_hang_while_another_thread_forks(code_verifier):
+    # subprocess.Popen waits for its exec-status pipe to close; a child forked meanwhile by
+    # another thread inherits the pipe and held the start for as long as it lived.
+    sandbox = Sandbox(code_verifier.isolation, allow_unsandboxed=True)
+    stop = threading.Event()
+
+    def fork_forever() -> None:
+        while not stop.is_set():
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(8)
+                os._exit(0)
+            threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+            time.sleep(0.003)
+
+    def start_once(times: list[float]) -> None:
+        t0 = time.monotonic()
+        with sandbox.session() as session:
+            session.run({"main.py": "print(1)"}, Limits(), python_main="main.py")
+        times.append(time.monotonic() - t0)
+
+    forker = threading.Thread(target=fork_forever, daemon=True)
+    forker.start()
+    times: list[float] = []
+    try:
+        for _ in range(20):  # a new thread: a new sandbox process each time
+            thread = threading.Thread(target=start_once, args=(times,))
+            thread.start()
+            thread.join()
+    finally:
+        stop.set()
+        forker.join()
+        sandbox.close()
+    assert len(times) == 20 and max(times) < 6.0, times  # a hang lasts the 8 s of a child
+
+
+def test_a_forked_copy_of_the_caller_starts_its_own_sandbox(make_code_verifier):
+    verifier = make_code_verifier(timeout=2.0, workers=1)
+    reference = {"tests": [{"stdout": "1"}]}
+    assert verifier.verify("print(1)", reference).correct
+    mine = verifier.sandbox._local.process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child inherited the parent's sandbox object, not its sandbox
+        status = 1
+        try:
+            os.close(read)
+            result = verifier.verify("print(1)", reference)
+            os.write(write, result.status.value.encode())
+            verifier.close()
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        child_status = fh.read()
+    assert os.waitpid(pid, 0)[1] == 0 and child_status == "correct"
+    assert verifier.sandbox._local.process is mine and mine.alive
+    assert verifier.verify("print(1)", reference).correct
+    verifier.close()

@@ -9,11 +9,14 @@ Run once without isolation to watch the attacks succeed (they must then fail her
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -36,7 +39,7 @@ def attack(code_verifier, sandbox_processes):
         elapsed = time.monotonic() - started
         bound = len(tests) * (code_verifier.test_limits.wall_s + 5) + 30
         assert elapsed < bound, f"verify took {elapsed:.1f}s"
-        assert result.extra["isolation"] == code_verifier.isolation.value
+        assert result.extra["isolation"] == code_verifier.sandbox.description
         assert result.status is not Status.SANDBOX_ERROR, result.detail
         assert sandbox_processes(*markers) == [], "a sandboxed process outlived its run"
         benign = code_verifier.verify(BENIGN, {"tests": [{"stdin": "2 3", "stdout": "5"}]})
@@ -189,8 +192,8 @@ def test_root_shadow_and_host_tmp_are_unreadable(attack):
 def test_host_processes_are_invisible_and_unsignalable(attack):
     marker = f"veristep-victim-{secrets.token_hex(6)}"
     identity = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
-    victim = subprocess.Popen(
-        ["/bin/sh", "-c", "sleep 120; :", marker], **identity
+    victim = subprocess.Popen(  # its own group: the finally below kills the sleep as well
+        ["/bin/sh", "-c", "sleep 120; :", marker], start_new_session=True, **identity
     )
     code = """
         import os, signal
@@ -219,7 +222,7 @@ def test_host_processes_are_invisible_and_unsignalable(attack):
         result = attack(code, _leak_test(marker))
         assert victim.poll() is None, "the sandboxed program killed a host process"
     finally:
-        victim.kill()
+        os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
     assert result.reward == 0.0
 
@@ -272,7 +275,7 @@ def test_fork_bombs_are_capped_and_cleaned_up(attack):
         print("LEAK" if n >= 1000 else "capped")
     """
     result = attack(counting, _leak_test())
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.PROCESS_LIMIT
     exponential = """
         import os
         while True:
@@ -282,7 +285,7 @@ def test_fork_bombs_are_capped_and_cleaned_up(attack):
                 pass
     """
     result = attack(exponential, _leak_test())
-    assert result.reward == 0.0 and result.status is Status.TIMEOUT
+    assert result.reward == 0.0 and result.status is Status.PROCESS_LIMIT
 
 
 def test_memory_bombs_hit_the_memory_limit(attack):
@@ -465,3 +468,344 @@ def test_kernel_objects_do_not_outlive_a_test(attack):
     """
     result = attack(code, [{"stdin": "1", "stdout": "first"}, *_leak_test("2")])
     assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong_answer"
+
+
+# ---- issue 17: state shared between completions, host kernel objects, limits, fakes -----------
+_KEYRING_PROBE = r"""
+import ctypes, json, sys, threading, time
+from veristep.verifiers.code import CodeVerifier
+
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[__import__("platform").machine()]
+libc.syscall(KEYCTL, 1, None)  # this script's own anonymous session keyring, not pytest's
+
+
+def read(name):
+    key = libc.syscall(KEYCTL, 10, -3, b"user", name, 0)  # KEYCTL_SEARCH the session keyring
+    buf = ctypes.create_string_buffer(64)
+    size = libc.syscall(KEYCTL, 11, key, buf, 64) if key > 0 else -1  # KEYCTL_READ
+    return buf.raw[:size].decode() if size > 0 else None
+
+
+libc.syscall(ADD_KEY, b"user", b"before", b"kept-before", 11, -3)
+program = sys.argv[1]
+verifier = CodeVerifier(isolation=sys.argv[2], allow_unsandboxed=True, timeout=5.0, workers=1)
+late = threading.Timer(0.5, lambda: libc.syscall(ADD_KEY, b"user", b"during", b"SECRET", 6, -3))
+late.start()
+result = verifier.verify(program, {"tests": [{"stdout": "SECRET"}]})
+late.join()
+benign = verifier.verify("print(1)", {"tests": [{"stdout": "1"}]})
+print(json.dumps({
+    "status": result.status.value, "benign": benign.status.value,
+    "before": read(b"before"), "during": read(b"during"), "planted": read(b"planted"),
+}))
+"""
+
+
+def test_the_callers_session_keyring_is_never_read_written_or_cleared(code_verifier):
+    # A key the caller adds during the run cannot be read, a planted key does not reach the
+    # caller, and the caller's keys survive (the old supervisor cleared them before each step).
+    program = r"""
+        import ctypes, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[__import__("platform").machine()]
+        libc.syscall(add_key, b"user", b"planted", b"x", 1, -3)
+        for ring in (-3, -4, -5):
+            libc.syscall(keyctl, 7, ring)  # KEYCTL_CLEAR
+        listed = open("/proc/keys").read()  # descriptions of every key the process may view
+        found = "SECRET" if "before" in listed or "during" in listed else ""
+        end = time.time() + 1.5
+        while time.time() < end and "SECRET" not in found:
+            key = libc.syscall(keyctl, 10, -3, b"user", b"during", 0)
+            buf = ctypes.create_string_buffer(64)
+            if key > 0 and libc.syscall(keyctl, 11, key, buf, 64) > 0:
+                found = buf.value.decode()
+            time.sleep(0.02)
+        print("SECRET" if "SECRET" in found else "nothing")
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _KEYRING_PROBE, textwrap.dedent(program),
+         code_verifier.isolation.value],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"status": "wrong_answer", "benign": "correct", "before": "kept-before",
+                      "during": "SECRET", "planted": None}
+
+
+def test_a_completion_finds_nothing_of_earlier_completions_in_memory(attack):
+    # The old pooled supervisor forked tests from a heap that still held earlier completions'
+    # code, stdin and output (found through /proc/self/mem).
+    token = secrets.token_hex(8)
+    earlier = f"secret = 'VSTOKEN-{token}'\nprint(input(), 'VSTOKEN-{token[::-1]}')\n"
+    assert attack(earlier, [{"stdin": f"VSTOKEN-{token.upper()}", "stdout": "x"}]).reward == 0.0
+    scavenger = r"""
+        import re
+        found = set()
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+            for line in maps:
+                fields = line.split()
+                if not fields[1].startswith("r"):
+                    continue
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                try:
+                    mem.seek(lo)
+                    chunk = mem.read(hi - lo)
+                except (OSError, OverflowError, ValueError):
+                    continue
+                found.update(re.findall(rb"VSTOKEN-([0-9a-fA-F]{16})", chunk))
+        print("LEAK" if found else "nothing")
+    """
+    result = attack(scavenger, _leak_test())
+    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+
+
+def test_deep_trees_and_full_folders_do_not_reach_later_tests_or_completions(attack,
+                                                                            code_verifier):
+    # The old wipe built absolute paths, which fail below ~2,050 levels: the files survived.
+    # Folders by their environment: under rlimits-only they are private host folders.
+    program = """
+        import os, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        folders = {"tmp": os.environ["TMPDIR"], "home": os.environ["HOME"]}
+
+        def planted(root):
+            stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+            while stack:
+                fd = stack.pop()
+                for name in os.listdir(fd):
+                    if name == "token":
+                        return True
+                    if name.startswith(("d", "s")):
+                        try:
+                            stack.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd))
+                        except OSError:
+                            pass
+            return False
+
+        command, where = input().split()
+        if command == "plant":
+            os.chdir(folders[where])
+            for _ in range(3000):  # far deeper than PATH_MAX from the folder's root
+                os.mkdir("d")
+                os.chdir("d")
+            open("token", "w").write("planted")
+            for n in range(8):  # and fill the folder's tmpfs
+                try:
+                    with open(f"fill{n}", "wb") as fh:
+                        for _ in range(15):
+                            fh.write(bytes(1 << 20))
+                except OSError:
+                    break
+            print("planted")
+        else:
+            free = min(os.statvfs(p).f_bavail * os.statvfs(p).f_frsize for p in folders.values())
+            found = any(planted(p) for p in folders.values())
+            print("LEAK" if found or free < 32 << 20 else "clean")
+    """
+    for where in ("tmp", "home"):
+        within = attack(program, [{"stdin": f"plant {where}", "stdout": "planted"},
+                                  {"stdin": "look -", "stdout": "clean"}])
+        assert within.correct, within.extra["tests"]  # test 2 of the same completion
+        assert attack(program, [{"stdin": f"plant {where}", "stdout": "planted"}]).correct
+        assert attack(program, [{"stdin": "look -", "stdout": "clean"}]).correct
+        cpp = "#include <cstdio>\nint main() { std::puts(\"7\"); }"
+        assert code_verifier.verify(cpp, {"language": "cpp", "tests": [{"stdout": "7"}]}).correct
+
+
+def test_persistent_keyrings_and_other_kernel_objects_are_out_of_reach(attack):
+    plant = r"""
+        import ctypes, platform
+        libc = ctypes.CDLL(None, use_errno=True)
+        add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+        ring = libc.syscall(keyctl, 22, -1, -3)  # KEYCTL_GET_PERSISTENT, linked into the session
+        key = libc.syscall(add_key, b"user", b"carry", b"LEAK", 4, ring)
+        print("planted" if key > 0 else "refused")
+    """
+    look = r"""
+        import ctypes, platform
+        libc = ctypes.CDLL(None, use_errno=True)
+        keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+        ring = libc.syscall(keyctl, 22, -1, -3)
+        key = libc.syscall(keyctl, 10, ring, b"user", b"carry", 0)
+        print("LEAK" if key > 0 else "nothing")
+    """
+    assert attack(plant, [{"stdout": "refused"}]).correct
+    assert attack(look, _leak_test()).status is Status.WRONG_ANSWER
+
+
+def test_seccomp_denies_what_programs_never_need(attack, code_verifier):
+    import platform
+
+    from veristep.verifiers.code import seccomp
+
+    arch = seccomp.machine_arch()
+    if arch is None:
+        pytest.skip(f"no seccomp tables for {platform.machine()}")
+    n = arch.numbers
+    denied = sorted({n[name] for name in seccomp.SANDBOX_DENIED + seccomp.PROGRAM_DENIED
+                     if name in n})
+    # Calls that work for an unprivileged program without the filter: the filter is on.
+    would_work = [(n["keyctl"], 1, 0), (n["add_key"], 0, 0), (n["memfd_create"], 0, 0),
+                  (n["unshare"], 0x10000000, 0), (n["ptrace"], 0, 0)]
+    code = f"""
+        import ctypes, errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.argtypes = None
+        name = ctypes.c_char_p(b"x")
+        bad = []
+        for number in {denied!r}:
+            ctypes.set_errno(0)
+            if libc.syscall(number, 0, 0, 0, 0, 0) != -1 or ctypes.get_errno() != errno.EPERM:
+                bad.append(number)
+        for number, a, b in {would_work!r}:
+            ctypes.set_errno(0)
+            if libc.syscall(number, a, name if b == 0 and number == {n["add_key"]} else b, 0, 0,
+                            0) != -1 or ctypes.get_errno() != errno.EPERM:
+                bad.append(number)
+        ctypes.set_errno(0)
+        if libc.syscall({n["clone3"]}, 0, 0) != -1 or ctypes.get_errno() != errno.ENOSYS:
+            bad.append("clone3")
+        filters = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp")]
+        print("denied" if not bad and filters == ["2", "2"] else f"allowed {{bad}} {{filters}}")
+    """
+    assert attack(code, [{"stdout": "denied"}]).correct
+    assert code_verifier.sandbox.description.endswith("+seccomp")
+    if arch.x32_bit is not None:  # a call of the x32 ABI kills the process
+        x32 = f"""
+            import ctypes
+            ctypes.CDLL(None).syscall({arch.x32_bit | 39})
+            print("LEAK")
+        """
+        result = attack(x32, _leak_test())
+        assert result.extra["tests"][0]["detail"] == "killed by signal SIGSYS"
+
+
+def test_the_memory_budget_covers_all_processes_and_scratch_files(make_code_verifier,
+                                                                  sandbox_processes):
+    verifier = make_code_verifier(timeout=10.0, memory_mb=128, workers=1)
+    children = """
+        import os, time
+        for _ in range(12):
+            if os.fork() == 0:
+                block = bytearray(60 << 20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(5)
+                os._exit(0)
+        time.sleep(6)
+        print("LEAK")
+    """
+    scratch = """
+        import os, signal, time
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        for folder in ("/tmp", "/dev/shm", "."):
+            for n in range(4):
+                try:
+                    with open(os.path.join(folder, f"fill{n}"), "wb") as fh:
+                        for _ in range(15):
+                            fh.write(b"\\1" * (1 << 20))
+                except OSError:
+                    pass
+        time.sleep(2)
+        print("LEAK")
+    """
+    memfd = "import os\ntry:\n    os.memfd_create('x')\n    print('LEAK')\nexcept OSError:\n    print('denied')\n"
+    with verifier:
+        for code in (children, scratch):
+            result = verifier.verify(textwrap.dedent(code), {"tests": _leak_test()})
+            assert result.status is Status.MEMORY_LIMIT, result.detail
+            assert "across the completion" in result.detail
+        assert verifier.verify(memfd, {"tests": [{"stdout": "denied"}]}).correct
+        # Eight forks of a 40 MiB process share its pages: 360 MiB resident, 40 MiB in fact.
+        forks = """
+            import os, time
+            block = bytearray(40 << 20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            pids = []
+            for _ in range(8):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(1)
+                    os._exit(0)
+                pids.append(pid)
+            for pid in pids:
+                os.waitpid(pid, 0)
+            print("ok")
+        """
+        assert verifier.verify(textwrap.dedent(forks), {"tests": [{"stdout": "ok"}]}).correct
+    assert sandbox_processes() == []
+
+
+def test_the_process_budget_covers_all_processes(make_code_verifier):
+    verifier = make_code_verifier(timeout=5.0, max_processes=16, workers=1)
+    bomb = """
+        import os, time
+        for _ in range(100):
+            try:
+                if os.fork() == 0:
+                    time.sleep(3)
+                    os._exit(0)
+            except OSError:
+                pass
+        time.sleep(1)
+        print("LEAK")
+    """
+    with verifier:
+        result = verifier.verify(textwrap.dedent(bomb), {"tests": _leak_test()})
+        assert result.status is Status.PROCESS_LIMIT and result.reward == 0.0
+        threads = "import threading\nts = [threading.Thread(target=lambda: None) for _ in range(8)]\n" \
+                  "[t.start() for t in ts]\n[t.join() for t in ts]\nprint('ok')\n"
+        assert verifier.verify(threads, {"tests": [{"stdout": "ok"}]}).correct
+
+
+def test_one_bad_row_does_not_sink_the_batch(code_verifier):
+    good = {"tests": [{"stdout": "1"}]}
+    references = [good, {"language": "cobol", "tests": [{"stdout": "1"}]},
+                  {"tests": [{"stdout": 1}]}, {"tests": []}, "not json", None, good]
+    results = code_verifier.verify_batch(["print(1)"] * len(references), references)
+    assert [r.status for r in results] == [Status.CORRECT] + [Status.BAD_REFERENCE] * 5 + [
+        Status.CORRECT]
+    assert all(not r.judged for r in results[1:-1])
+    assert "cobol" in results[1].detail
+
+
+def test_function_tests_cannot_be_faked(attack, code_verifier):
+    reference = {"asserts": ["assert add(2, 2) == 4", "assert add(1, 5) == 6"]}
+    fakes = {
+        "patched compile": "import builtins\n_c = builtins.compile\n"
+        "builtins.compile = lambda s, f, m, *a, **k: _c('0', f, m) if f == 'test' else _c(s, f, m, *a, **k)\n"
+        "def add(a, b):\n    return 0\n",
+        "early exit": "import os, sys\nprint('veristep-asserts-done')\nsys.stdout.flush()\nos._exit(0)\n",
+        "lying __eq__": "class A:\n    def __eq__(self, other):\n        return True\n"
+        "def add(a, b):\n    return A()\n",
+        "lying int": "class A(int):\n    def __eq__(self, other):\n        return True\n"
+        "def add(a, b):\n    return A(0)\n",
+    }
+    for name, code in fakes.items():
+        result = code_verifier.verify(code, reference)
+        assert result.reward == 0.0 and not result.correct, (name, result.detail)
+        assert "fakeable" not in result.extra
+    honest = code_verifier.verify("def add(a, b):\n    return a + b\n", reference)
+    assert honest.correct and "fakeable" not in honest.extra
+    # An assertion of another form still runs as code, and the result says so.
+    loose = {"asserts": ["assert add(1, 1) in (2, 3)"]}
+    result = code_verifier.verify(fakes["lying __eq__"], loose)
+    assert result.extra["fakeable"] is True and result.extra["tests"][0]["fakeable"] is True
+
+
+def test_a_new_completion_gets_a_fresh_pid_namespace(attack):
+    forker = """
+        import os
+        for _ in range(100):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        print("forked")
+    """
+    assert attack(forker, [{"stdout": "forked"}]).correct
+    look = "import os\nprint(os.getpid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+    assert attack(look, [{"stdout": "2 [1, 2]"}]).correct

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ import threading
 import time
 
 import pytest
+from veristep.verifiers.core import workers as workers_module
 from veristep.verifiers.core.workers import Outcome, WorkerPool
 
 
@@ -150,3 +152,81 @@ def test_forked_child_builds_its_own_pool_and_leaves_the_parents_alone() -> None
         assert os.waitstatus_to_exitcode(status) == 0
         assert v.worker_pids() == parent_pids and all(_alive(p) for p in parent_pids)
         assert v.verify("$\\boxed{x^2+2x+1}$", "(x+1)^2").correct
+
+
+def test_forked_workers_hold_no_inherited_descriptors(pool: WorkerPool) -> None:
+    """A worker keeping another thread's pipe open made Popen wait forever (issue 20)."""
+    read_end, write_end = os.pipe()  # stands for a Popen status pipe open while the pool forks
+    try:
+        pool.run_chunks([(1, [1]), (1, [2])], limit=5.0)  # both workers answer: both started up
+        for pid in pool.worker_pids():
+            targets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            mine = {os.readlink(f"/proc/self/fd/{fd}") for fd in (read_end, write_end)}
+            assert not targets & mine
+            assert sum(t.startswith("socket:") for t in targets) == 1  # its own connection only
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_dispatcher_that_cannot_start_fails_the_call_instead_of_hanging(monkeypatch) -> None:
+    p = WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None)
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    out = p.run_chunks([(1, [1, 2])], limit=1.0)
+    monkeypatch.undo()
+    assert [r.outcome for r in out[0]] == [Outcome.ERROR, Outcome.ERROR]
+    assert "dispatcher thread" in out[0][0].detail
+    assert not p.usable
+    p.close()
+
+
+def test_every_wait_has_a_deadline(monkeypatch) -> None:
+    """A dispatcher that never answers costs the caller the worst case, then TIMEOUT."""
+    monkeypatch.setattr(workers_module, "WAIT_GRACE_S", 0.5)
+    p = WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None)
+    monkeypatch.setattr(p, "_dispatch_loop", lambda: time.sleep(30))
+    start = time.monotonic()
+    out = p.run_chunks([(1, [1, 2])], limit=0.5)
+    assert time.monotonic() - start < 0.5 * 3 + 0.5 * 2 + 0.5 + 1.0
+    assert [r.outcome for r in out[0]] == [Outcome.TIMEOUT, Outcome.TIMEOUT]
+    assert not p.usable  # the verifier that owns it builds a new one
+
+
+def test_an_interrupted_call_frees_its_worker_for_the_next(pool: WorkerPool) -> None:
+    """A caller's SIGALRM handler raising mid-wait (verl's compute_score_timeout)."""
+
+    class Alarm(Exception):
+        pass
+
+    def ring(*_):
+        raise Alarm()
+
+    old = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Alarm):
+            pool.run_chunks([(1, ["hang"]), (1, ["hang"])], limit=60.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    start = time.monotonic()
+    out = pool.run_chunks([(2, [1, 2, 3])], limit=60.0)
+    assert [r.value for r in out[0]] == [2, 4, 6]
+    assert time.monotonic() - start < 10  # not behind two 60 s items nobody waits for
+
+
+def test_works_inside_a_daemonic_process() -> None:
+    """multiprocessing.Pool workers are daemonic and may not start multiprocessing children."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as mp_pool:
+        assert mp_pool.apply(_pool_in_child, (3,)) == [3, 6, 9]
+
+
+def _pool_in_child(k: int) -> list[int]:
+    with WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None) as p:
+        return [r.value for r in p.run_chunks([(k, [1, 2, 3])], limit=10.0)[0]]

@@ -37,6 +37,11 @@ def verifier():
 def labelled(verifier: MathVerifier):
     rows = _rows("math_equiv_labels.jsonl")
     results = verifier.verify_batch([r["completion"] for r in rows], [r["answer"] for r in rows])
+    strict = [i for i, r in enumerate(rows) if r.get("extraction") == "strict"]
+    with MathVerifier(workers=1, timeout=LIMIT, extraction="strict") as marker_only:
+        for i, res in zip(strict, marker_only.verify_batch([rows[i]["completion"] for i in strict],
+                                                           [rows[i]["answer"] for i in strict]), strict=True):
+            results[i] = res
     return rows, results
 
 
@@ -91,10 +96,13 @@ def test_result_fields(verifier: MathVerifier) -> None:
 
 def test_math500_reference_solutions_verify(verifier: MathVerifier) -> None:
     rows = _rows("math500_test.jsonl")
-    results = verifier.verify_batch([r["solution"] for r in rows], [r["answer"] for r in rows])
-    failed = [(r["unique_id"], res.status.value, res.extracted, r["answer"])
-              for r, res in zip(rows, results, strict=True) if not res.correct]
-    assert not failed, failed
+    answers = [r["answer"] for r in rows]
+    # each solution, each answer field as a bare completion, and each boxed answer against its answer
+    for completions in ([r["solution"] for r in rows], answers, [f"So $\\boxed{{{a}}}$." for a in answers]):
+        results = verifier.verify_batch(completions, answers)
+        failed = [(r["unique_id"], res.status.value, res.extracted, r["answer"])
+                  for r, res in zip(rows, results, strict=True) if not res.correct]
+        assert not failed, failed
 
 
 @pytest.mark.parametrize("n", [200, pytest.param(500, marks=pytest.mark.slow)])
@@ -223,3 +231,123 @@ def test_close_stops_workers_and_verifier_restarts() -> None:
 def test_untrusted_input_never_raises(verifier: MathVerifier, bad) -> None:
     res = verifier.verify(bad, "5")
     assert res.reward in (0.0, 1.0) and isinstance(res.status, Status)
+
+
+# Issue 16: each class of miss and false positive found on Math-Verify's own test tables, end to end.
+ISSUE16_CASES = [
+    # (class, completion, reference, status)
+    ("no marker: bare math", "$\\frac13 $", "1/3", Status.CORRECT),
+    ("no marker: bare number", "1,000.99$", "1000.99", Status.CORRECT),
+    ("no marker: final sentence", "Therefore, $\\cos \\angle RPS = -\\frac{24}{25}$.", "-\\frac{24}{25}", Status.CORRECT),
+    ("no marker: final sentence", "So the area is \\(48\\) square units.", "48", Status.CORRECT),
+    ("no marker: bare assignment", "x = 9", "9", Status.CORRECT),
+    ("no marker: last number", "the number is not 10 which is 1,000.99€", "1000.99", Status.CORRECT),
+    ("no marker: last number", "the number is not 10 which is 1,000.99€", "10", Status.WRONG),
+    ("several boxes", "$$\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 2)}$$", "(2, 2), (6, 2)", Status.CORRECT),
+    ("several boxes", "\\boxed{1},\\boxed{2},\\boxed{3}", "{1,2,3}", Status.CORRECT),
+    ("several boxes in the reference", "$\\boxed{-2,1}$.", "\\(\\boxed{1}\\) and \\(\\boxed{-2}\\).", Status.CORRECT),
+    ("several boxes against one value", "$\\boxed{2}$ and $\\boxed{3}$", "3", Status.WRONG),
+    ("several boxes restating one value", "$\\boxed{15\\frac{39}{40}}$, or $\\boxed{\\frac{639}{40}}$", "\\frac{639}{40}",
+     Status.CORRECT),
+    ("separators", "$$\\boxed{a_{37} = 19, \\quad a_3 = 2}$$", "$$a_3 = 2, a_{37} = 19$$", Status.CORRECT),
+    ("separators", "$$\\boxed{(x, y) = (5, 8) \\quad \\text{and} \\quad (8, 5)}$$", "$$(5, 8), (8, 5)$$", Status.CORRECT),
+    ("prose after a marker", "Final Answer: The largest $n$ is 34.", "34", Status.CORRECT),
+    ("prose after a marker", "Final Answer: The largest $n$ is 34.", "$35$", Status.WRONG),
+    ("percent word", "$\\boxed{28 percent}", "$28\\%$", Status.CORRECT),
+    ("percent word", "28 pct", "$28\\%$", Status.CORRECT),
+    ("decimal comma", "1.22", "1,22", Status.CORRECT),
+    ("decimal comma", "0.111", "0,111", Status.CORRECT),
+    ("decimal comma", "Soucis : 2,74 $ a..", "2.74", Status.CORRECT),
+    ("decimal comma, not a list", "-2.1", "-2,1", Status.WRONG),
+    ("false positive: times", "$1:00$", "$12:00$", Status.WRONG),
+    ("false positive: times", "$3:00$", "$5:00$", Status.WRONG),
+    ("times", "$12:00$", "$12:00$", Status.CORRECT),
+    ("times are not numbers", "$12:00$", "12", Status.WRONG),
+    ("ratios", "$\\boxed{14:64}$", "7:32", Status.CORRECT),
+    ("false positive: list as a number", "is $\\boxed{32, 349}$", "So the answer is: \\[ \\boxed{32349} \\]", Status.WRONG),
+    ("false positive: list as a number", "$\\boxed{1, 234}$", "1234", Status.WRONG),
+    ("thousands", "is $\\boxed{32,\\! 349}$", "So the answer is: \\[ \\boxed{32349} \\]", Status.CORRECT),
+    ("thousands", "$\\boxed{12,345,678}$", "12345678", Status.CORRECT),
+    ("false positive: undefined values", "$\\boxed{\\frac{1}{0}}$", "\\frac{2}{0}", Status.WRONG),
+    ("infinities", "$\\boxed{+\\infty}$", "\\infty", Status.CORRECT),
+    ("infinities", "$\\boxed{-\\infty}$", "\\infty", Status.WRONG),
+    ("reference: GSM8K solution", "The answer is $\\boxed{72}$.", "She sold 48+24 = 72 clips.\n#### 72", Status.CORRECT),
+    ("reference: GSM8K solution", "The answer is $\\boxed{71}$.", "She sold 48+24 = 72 clips.\n#### 72", Status.WRONG),
+    ("reference: #### anywhere", "#### 1,000", "So 500 + 500 = 1000 dollars. #### 1000", Status.CORRECT),
+    ("reference: full solution", "so it is $0.5$", "Half are red, so the fraction is $\\boxed{\\frac{1}{2}}$.", Status.CORRECT),
+    ("reference: prose without a box", "$\\boxed{28\\%}$",
+     "The stock keeps 90% then 80% of its value. Final Answer: The final answer is $28 \\%$. I hope it is correct.",
+     Status.CORRECT),
+]
+
+
+@pytest.mark.parametrize(("kind", "completion", "reference", "status"), ISSUE16_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(ISSUE16_CASES)])
+def test_issue16_classes(verifier: MathVerifier, kind: str, completion: str, reference: str, status: Status) -> None:
+    res = verifier.verify(completion, reference)
+    assert res.status is status, (kind, res)
+
+
+def test_strict_extraction_keeps_marker_only_behaviour() -> None:
+    with MathVerifier(workers=1, timeout=LIMIT, extraction="strict") as strict:
+        assert strict.verify("x = 9", "9").status is Status.NO_ANSWER
+        assert strict.verify("The answer is $9$.", "9").status is Status.CORRECT
+    with pytest.raises(ValueError):
+        MathVerifier(extraction="loose")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [None, "", "   ", "We could not find the value of this expression in the book at all.", "x" * 200_000],
+)
+def test_unusable_references_are_unjudged(verifier: MathVerifier, reference) -> None:
+    for res in (verifier.verify("$\\boxed{5}$", reference), verifier.verify_batch(["$\\boxed{5}$"], [reference])[0]):
+        assert res.status is Status.BAD_REFERENCE and res.judged is False and res.reward == 0.0
+        assert res.detail  # says why
+
+
+def test_a_reference_sympy_cannot_parse_is_unjudged(verifier: MathVerifier) -> None:
+    res = verifier.verify("$\\boxed{x^2+1}$", "\\sqrt{")
+    assert res.status is Status.BAD_REFERENCE and res.judged is False
+
+
+def test_bad_references_reach_the_adapters_as_unjudged() -> None:
+    from veristep.verifiers.adapters import TRLRewardFunction, compute_score_batch
+
+    reward = TRLRewardFunction("math", workers=1)
+    try:
+        scores = reward(["$\\boxed{72}$", "$\\boxed{72}$", "$\\boxed{72}$"],
+                        answer=["Natalia sold 72 clips.\n#### 72", "", None])
+    finally:
+        reward.verifier.close()
+    assert scores == [1.0, None, None]  # TRL leaves unjudged items out of the reward
+    rows = compute_score_batch(["openai/gsm8k", "openai/gsm8k"], ["#### 72", "#### 72"],
+                               ["Natalia sold 72 clips.\n#### 72", ""])
+    assert [(r["score"], r["judged"], r["status"]) for r in rows] == [(1.0, True, "correct"),
+                                                                      (0.0, False, "bad_reference")]
+
+
+ADVERSARIAL_1MB = {
+    "answer phrases (56 KB)": "the answer is " * 4000,
+    "answer phrases (1 MB)": "the answer is " * 75_000,
+    "nested braces": "\\boxed{" + "{" * 400_000 + "1" + "}" * 400_000 + "}",
+    "digits": "1" * 1_000_000,
+    "many boxes": "\\boxed{" * 140_000,
+    "many closed boxes": "\\boxed{1} and " * 70_000,
+    "unbalanced dollars": "$" * 1_000_000,
+    "inline spans": "$1$ " * 250_000,
+    "display openers": "\\[ 1 " * 200_000,
+    "sentences": "Then $x=1$. " * 80_000,
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL_1MB))
+def test_any_completion_up_to_1mb_returns_within_the_limit(name: str) -> None:
+    text = ADVERSARIAL_1MB[name]
+    with MathVerifier(workers=1, timeout=1.0) as v:
+        v.verify(*NEEDS_SYMPY)  # start the pool outside the timing
+        for call in (lambda: v.verify(text, "5"), lambda: v.verify_batch([text], ["5"])[0]):
+            start = time.monotonic()
+            res = call()
+            assert time.monotonic() - start < 1.0 + CALL_GRACE_S + 0.5, name
+            assert res.reward == 0.0 and isinstance(res.status, Status)

@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 from veristep.verifiers.core.result import Status
 from veristep.verifiers.math.equiv import EquivConfig, compare_numbers
 from veristep.verifiers.math.normalize import (
+    colon_pair,
+    decimal_comma_twin,
+    equation_rhs,
     exact_decimals,
+    membership_set,
     normalize_answer,
     parse_exact_number,
     split_assignment,
@@ -150,3 +154,62 @@ def test_every_spelling_of_a_rational_is_equal_and_a_different_one_is_not(value:
     if other != value:
         pred = parse_exact_number(normalize_answer(f"{other.numerator}/{other.denominator}"))
         assert compare_numbers(ref, pred, cfg).status is Status.WRONG
+
+
+@pytest.mark.parametrize(
+    ("raw", "plain", "canonical"),
+    [
+        # thousands separators: groups of three after a non-zero lead, or LaTeX's ",\!"
+        ("1,234", False, "1234"),
+        ("12,345,678", False, "12345678"),
+        ("1,000.99", True, "1000.99"),
+        ("32,\\! 349", False, "32349"),
+        ("11,\\! 111,\\! 111,\\! 100", False, "11111111100"),
+        # a comma and a space separate list items, never thousands
+        ("32, 349", False, "32,349"),
+        ("1, 234", False, "1,234"),
+        ("1 and 234", False, "1,234"),
+        # any other comma between digits: a list in an answer field, a decimal comma in prose
+        ("-2,1", False, "-2,1"),
+        ("0,111", False, "0,111"),
+        ("0,111", True, "0.111"),
+        ("2,74", True, "2.74"),
+        ("1000,99", True, "1000.99"),
+        # separators between the parts of one answer
+        ("a_{37} = 19, \\quad a_3 = 2", False, "a_{37}=19,a_3=2"),
+        ("(x, y) = (5, 8) \\quad \\text{and} \\quad (8, 5)", False, "(x,y)=(5,8),(8,5)"),
+        ("19, 46, and 82", False, "19,46,82"),
+        ("19, 46, \\text{ and } 82", False, "19,46,82"),
+        # percent words
+        ("28 percent", False, "28\\%"),
+        ("28 pct", False, "28\\%"),
+        ("28\\text{ percentage}", False, "28\\%"),
+        # chains of equalities say their last value
+        ("x = 5+5+1 = 7 =11", False, "x=11"),
+        ("z = 1 + 1 = 2", False, "z=2"),
+        ("1 = \\zzz = x = 0", False, "0"),
+        ("x = 5+5+1 = 1/3 \\approx 11", False, "x=1/3"),
+        ("x\\approx11", False, "x=11"),
+        ("a=1,b=2=c", False, "a=1,b=2=c"),
+    ],
+)
+def test_commas_separators_percent_words_and_chains(raw: str, plain: bool, canonical: str) -> None:
+    assert normalize_answer(raw, plain=plain) == canonical
+
+
+def test_assignments_equations_memberships_and_colons() -> None:
+    assert split_assignment("|AB|=1") == "1"
+    assert split_assignment("(p,q)=(3,2)") == "(3,2)"
+    assert split_assignment("\\frac{NO}{BO}=\\frac{1}{\\sqrt{6}}") == "\\frac{1}{\\sqrt{6}}"
+    assert split_assignment("x_{1}=5") == "5"
+    assert split_assignment("2x+z=1") is None  # an equation: the left side holds a number
+    assert split_assignment("a=1,b=2") is None  # two values
+    assert equation_rhs("\\cos\\angle RPS=-\\frac{24}{25}") == "-\\frac{24}{25}"
+    assert equation_rhs("x\\le3") is None
+    assert membership_set("x\\in[-2,7]") == "[-2,7]"
+    assert colon_pair("12:00") == (Fraction(12), Fraction(0), True)
+    assert colon_pair("7:32") == (Fraction(7), Fraction(32), True)
+    assert colon_pair("14:64") == (Fraction(14), Fraction(64), False)  # 64 minutes: a ratio
+    assert colon_pair("x:y") is None
+    assert decimal_comma_twin("1,22") == "1.22" and decimal_comma_twin("1,234") is not None
+    assert decimal_comma_twin("1.22") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -164,16 +165,20 @@ def test_a_flood_of_calls_is_wrong_count_without_checking_each():
 @pytest.mark.parametrize(
     "reference,message",
     [
-        ({"tools": TOOLS}, "expected"),
+        ({"format": "hermes"}, "expected"),
+        ({"tools": TOOLS, "expected": None}, "must be a list"),
         ({"tools": TOOLS, "expected": {"name": "get_time"}}, "must be a list"),
         ({"tools": TOOLS, "expected": [{"name": "nope", "arguments": {}}]}, "missing from tools"),
         ({"tools": "x", "expected": []}, "must be a list"),
         ({"tools": TOOLS, "expected": [], "format": "yaml"}, "unknown tool-call format"),
     ],
 )
-def test_bad_references_raise_value_error(verifier, reference, message):
+def test_bad_references_are_unjudged_with_the_reason(verifier, reference, message):
     with pytest.raises(ValueError, match=message):
-        verifier.verify("x", reference)
+        verifier.check_reference(reference)
+    for result in (verifier.verify("x", reference), verifier.verify_batch(["x"], [reference])[0]):
+        assert result.status is Status.BAD_REFERENCE and not result.judged and result.reward == 0.0
+        assert re.search(message, result.detail)
 
 
 @pytest.mark.parametrize(
@@ -275,3 +280,148 @@ def test_property_verify_never_raises_and_reward_is_consistent(text, partial):
     assert 0.0 <= result.reward <= 1.0
     assert (result.reward == 1.0) is result.correct is (result.status is Status.CORRECT)
     json.dumps(result.to_record())
+
+
+# ----------------------------------------------------------------------------- schema-only mode
+
+
+def test_schema_only_mode_rewards_any_valid_call(verifier):
+    ref = {"tools": TOOLS}  # no "expected": any call that fits the tools scores 1
+    cases = [
+        (hermes(("get_weather", {"city": "Oslo"})), Status.CORRECT, 1.0),
+        (hermes(("get_weather", {"city": "Oslo"}), ("get_time", {"tz": "CET"})), Status.CORRECT, 1.0),
+        (hermes(("get_weather", {"days": 2})), Status.SCHEMA_VIOLATION, 0.0),
+        (hermes(("book_hotel", {"city": "Oslo"})), Status.UNKNOWN_FUNCTION, 0.0),
+        ("<tool_call>{broken</tool_call>", Status.PARSE_ERROR, 0.0),
+        ("I would rather not call anything.", Status.NO_CALL, 0.0),
+    ]
+    for text, status, reward in cases:
+        for result in (verifier.verify(text, ref), ToolCallVerifier(workers=1).verify_batch([text], [ref])[0]):
+            assert (result.status, result.reward) == (status, reward), text
+    partial = ToolCallVerifier(workers=0, partial_credit=True)
+    mixed = hermes(("get_weather", {"city": "Oslo"}), ("get_weather", {"days": 2}))
+    assert partial.verify(mixed, ref).reward == 0.5
+
+
+def test_schema_only_mode_from_a_record_needs_tools():
+    v = ToolCallVerifier(workers=0)
+    ref = v.reference_from_record({"completion": "x", "tools": TOOLS})
+    assert "expected" not in ref and v.check_reference(ref).expected is None
+    with pytest.raises(KeyError):
+        v.reference_from_record({"completion": "x", "tools": []})
+
+
+# ----------------------------------------------------------------------------- BFCL conformance
+
+UNIT_TOOLS = [{"name": "convert", "parameters": {"type": "dict", "properties": {
+    "value": {"type": "float"},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    "count": {"type": "integer"},
+    "note": {"type": "string"}},
+    "required": ["value", "note"]}}]
+
+
+@pytest.mark.parametrize(
+    "arguments,status",
+    [
+        ({"value": 1.0, "note": "x", "unit": ""}, Status.CORRECT),  # "" = left out; enum need not list it
+        ({"value": 1.0, "note": "x"}, Status.CORRECT),
+        ({"value": 1.0, "note": "x", "unit": "celsius"}, Status.CORRECT),
+        ({"value": 1.0, "note": "x", "count": ""}, Status.SCHEMA_VIOLATION),  # "" is no integer (BFCL: type error)
+        ({"value": 1.0, "note": ""}, Status.WRONG_ARGUMENTS),  # required: "" is a value, and not "x"
+    ],
+)
+def test_explicit_empty_string_where_the_expected_call_allows_omission(verifier, arguments, status):
+    ref = {"tools": UNIT_TOOLS, "expected": [{"convert": {
+        "value": [1.0], "note": ["x"], "unit": ["celsius", ""], "count": [3, ""]}}]}
+    assert verifier.verify(hermes(("convert", arguments)), ref).status is status
+
+
+NESTED_TOOLS = [{"name": "query", "parameters": {"type": "dict", "properties": {
+    "filter": {"type": "dict", "properties": {
+        "school": {"type": "string"},
+        "range": {"type": "dict", "properties": {"lo": {"type": "integer"}, "hi": {"type": "integer"}}}}},
+    "conditions": {"type": "array", "items": {"type": "dict", "properties": {
+        "field": {"type": "string"}, "value": {"type": "string"}}}},
+    "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["filter"]}}]
+NESTED_EXPECTED = [{"query": {
+    # allowed values per key, at any depth (BFCL's possible-answer shape)
+    "filter": [{"school": ["Bluebird High School", "Bluebird HS"],
+                "range": [{"lo": [1, 2], "hi": [10]}, ""]}],
+    "conditions": [[{"field": ["age"], "value": ["25", "twenty-five"]}, {"field": ["job"], "value": ["engineer"]}], ""],
+    "tags": [["a", "b"], ""],
+}}]
+
+
+@pytest.mark.parametrize(
+    "arguments,correct",
+    [
+        ({"filter": {"school": "bluebird hs"}}, True),
+        ({"filter": {"school": "Bluebird HS", "range": {"lo": 2, "hi": 10}}}, True),
+        ({"filter": {"school": "Bluebird HS", "range": {"lo": 3, "hi": 10}}}, False),
+        ({"filter": {"school": "Bluebird HS", "range": {"lo": 1}}}, False),
+        ({"filter": {"school": "Bluebird HS", "other": 1}}, False),
+        ({"filter": {"school": "X"}}, False),
+        ({"filter": {"school": "Bluebird HS"},
+          "conditions": [{"field": "age", "value": "twenty-five"}, {"field": "job", "value": "engineer"}]}, True),
+        ({"filter": {"school": "Bluebird HS"},
+          "conditions": [{"field": "job", "value": "engineer"}, {"field": "age", "value": "25"}]}, False),
+        ({"filter": {"school": "Bluebird HS"}, "tags": ["a", "b"]}, True),  # an array parameter's literal list
+        ({"filter": {"school": "Bluebird HS"}, "tags": ["a"]}, False),
+    ],
+)
+def test_allowed_values_at_any_depth_of_nested_objects(verifier, arguments, correct):
+    ref = {"tools": NESTED_TOOLS, "expected": NESTED_EXPECTED}
+    result = verifier.verify(hermes(("query", arguments)), ref)
+    assert result.correct is correct, result.detail
+
+
+@pytest.mark.parametrize(
+    "kind,value",
+    [("String", "abc"), ("Boolean", True), ("boolean", False), ("long", 5), ("integer", 3), ("float", 1.5),
+     ("double", 2.5), ("char", "c"), ("Array", [1]), ("ArrayList", ["x"]), ("HashMap", {"k": "v"}),
+     ("Bigint", 7), ("any", "anything"), ("Any", 3)],
+)
+def test_java_and_javascript_type_names_are_read_as_json_schema(verifier, kind, value):
+    tools = [{"name": "Util.run", "parameters": {"type": "dict", "properties": {"arg": {"type": kind}},
+                                                  "required": ["arg"]}}]
+    ref = {"tools": tools, "expected": [{"Util.run": {"arg": [value]}}]}
+    assert verifier.verify(hermes(("Util.run", {"arg": value})), ref).status is Status.CORRECT
+
+
+@pytest.mark.parametrize(
+    "expected,message",
+    [
+        ({"value": [1.0], "note": ["x"], "unit": ["kelvin"]}, "breaks the function's own schema"),
+        ({"value": [1.0], "note": [None]}, "breaks the function's own schema"),
+        ({"value": [1.0], "note": ["x"], "unit": ["celsius", "N/A", ""]}, "'N/A'"),
+        ({"value": ["dontcare"], "note": ["x"]}, "breaks the function's own schema"),
+        ({"value": [1.0]}, "lacks required parameter"),
+        ({"value": [1.0], "note": ["x"], "colour": ["red"]}, "not a parameter"),
+    ],
+)
+def test_expected_values_that_break_their_own_schema_are_a_bad_reference(verifier, expected, message):
+    ref = {"tools": UNIT_TOOLS, "expected": [{"convert": expected}]}
+    result = verifier.verify(hermes(("convert", {"value": 1.0, "note": "x"})), ref)
+    assert result.status is Status.BAD_REFERENCE and not result.judged
+    assert message in result.detail
+
+
+def test_batch_sends_each_reference_once_per_chunk_and_caches_it():
+    v = ToolCallVerifier(workers=1)
+    ref = {"tools": UNIT_TOOLS, "expected": [{"convert": {"value": [1.0], "note": ["x"]}}]}
+    texts = [hermes(("convert", {"value": 1.0, "note": "x"})), hermes(("convert", {"value": 2.0, "note": "x"}))] * 40
+    refs = [dict(ref) for _ in texts]  # equal references in different objects, as a JSONL file gives them
+    sent = []
+    original = v._runner.run
+
+    def spy(items, references=None):
+        sent.append((len(items), len(references)))
+        return original(items, references)
+
+    v._runner.run = spy
+    results = v.verify_batch(texts, refs)
+    assert [r.correct for r in results] == [True, False] * 40
+    assert sent == [(80, 1)]
+    v.close()

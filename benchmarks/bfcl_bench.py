@@ -1,0 +1,494 @@
+"""veristep's tool-call verifier side by side with BFCL's own AST checker, on BFCL's own data.
+
+BFCL (`pip install bfcl-eval`) is not a dependency of veristep and pins packages that conflict
+with ours (numpy, cohere ...), so it lives in its own virtual environment: pass its interpreter
+with --bfcl-python (default: this interpreter). Its AST checker needs the model-handler SDKs it
+imports but not torch: `pip install --no-deps bfcl-eval==2026.3.23`, then its requirements
+except sentence-transformers and faiss-cpu, plus soundfile. This script runs itself there
+twice, as a child process that exchanges JSON:
+  1. `--bfcl-side load`: read BFCL's shipped questions, function docs and possible answers
+     from the installed package (never copied into this repository);
+  2. `--bfcl-side check`: decode and judge every synthesised case with BFCL's own model
+     handlers (`QwenFCHandler.decode_ast` for hermes `<tool_call>` JSON, `QwenHandler` for
+     pythonic `[f(a=1)]`) and `ast_checker`, timing decode + check in that process.
+Cases are built here from each question's possible answer: correct calls (first allowed
+values, other allowed values, optional parameters omitted or sent as "", parallel calls
+reversed) and wrong ones (a value outside the allowed set, a wrong type, a missing required
+parameter, an extra parameter, a wrong function name, one call too many or too few, no call).
+The cases are ours, the data and the judge are BFCL's: agreement measures conformance with
+BFCL's rules, not correctness of either.
+
+Reading rule: a difference counts against veristep unless it falls
+under a documented difference (docs/verifiers.md, "Side by side with BFCL's own checker");
+veristep accepting a call that BFCL rejects is documented only where BFCL's greedy pairing
+misses a valid assignment.
+
+Prints tables and writes JSON to benchmarks/results/bfcl_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: BFCL's AST categories: each case is one turn judged against a possible answer.
+CATEGORIES = (
+    "simple_python", "multiple", "parallel", "parallel_multiple", "simple_java",
+    "simple_javascript", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
+)
+FORMATS = ("hermes", "pythonic")
+#: BFCL model names whose handlers decode each format; underscore_to_dot is False for both,
+#: so dotted function names are compared as written.
+BFCL_MODELS = {"hermes": "Qwen/Qwen3-0.6B-FC", "pythonic": "Qwen/Qwen3-0.6B"}
+
+# ------------------------------------------------------------------------------- BFCL side
+
+
+def _bfcl_load(categories: list[str]) -> list[dict[str, Any]]:
+    """BFCL's questions with their function docs and possible answers, from the package."""
+    from importlib import resources
+
+    data = resources.files("bfcl_eval") / "data"
+    version = next(p.name.split("_")[1] for p in data.iterdir() if p.name.startswith("BFCL_v"))
+    out = []
+    for cat in categories:
+        name = f"BFCL_{version}_{cat}.json"
+        questions = [json.loads(line) for line in (data / name).read_text().splitlines() if line]
+        answers = {a["id"]: a["ground_truth"]
+                   for a in map(json.loads, (data / "possible_answer" / name).read_text().splitlines())}
+        for q in questions:
+            out.append({"id": q["id"], "category": cat, "function": q["function"],
+                        "answer": answers[q["id"]]})
+    return out
+
+
+def _bfcl_check(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Judge every case with BFCL's decoders and ast_checker; verdicts plus the timing."""
+    from bfcl_eval.constants.enums import Language, ReturnFormat
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+    from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+    from bfcl_eval.utils import is_function_calling_format_output
+
+    handlers = {}
+    for fmt, model in BFCL_MODELS.items():
+        config = MODEL_CONFIG_MAPPING[model]
+        handlers[fmt] = config.model_handler(model_name=config.model_name, temperature=0.0,
+                                             registry_name=model, is_fc_model=config.is_fc_model)
+    languages = {"java": (Language.JAVA, ReturnFormat.JAVA),
+                 "javascript": (Language.JAVASCRIPT, ReturnFormat.JAVASCRIPT)}
+    verdicts: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for case in cases:
+        lang, ret = languages.get(case["category"].rsplit("_", 1)[-1],
+                                  (Language.PYTHON, ReturnFormat.PYTHON))
+        model = BFCL_MODELS[case["format"]].replace("/", "_")
+        try:
+            decoded = handlers[case["format"]].decode_ast(case["bfcl_text"], ret, False)
+        except Exception as err:  # noqa: BLE001 - BFCL scores a decode failure as wrong
+            verdicts.append({"valid": False, "error_type": "ast_decoder:decoder_failed",
+                             "error": str(err)[:200]})
+            continue
+        if not is_function_calling_format_output(decoded):
+            verdicts.append({"valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"})
+            continue
+        try:
+            res = ast_checker(case["function"], decoded, case["answer"], lang, case["category"], model)
+        except Exception as err:  # noqa: BLE001 - a checker crash: reported as such
+            res = {"valid": False, "error_type": f"checker_crash:{type(err).__name__}",
+                   "error": [str(err)[:200]]}
+        verdicts.append({"valid": bool(res["valid"]), "error_type": res.get("error_type", ""),
+                         "error": str(res.get("error", ""))[:300]})
+    seconds = time.perf_counter() - start
+    return {"verdicts": verdicts, "seconds": seconds}
+
+
+def _bfcl_side(mode: str, path: str) -> None:
+    payload = json.loads(Path(path).read_text())
+    result = _bfcl_load(payload["categories"]) if mode == "load" else _bfcl_check(payload["cases"])
+    Path(path).write_text(json.dumps(result))
+
+
+def _run_bfcl(python: str, mode: str, payload: dict[str, Any], workdir: Path) -> Any:
+    path = workdir / f"bfcl_{mode}.json"
+    path.write_text(json.dumps(payload))
+    proc = subprocess.run([python, os.path.abspath(__file__), "--bfcl-side", mode, str(path)],
+                          capture_output=True, text=True, cwd=workdir)
+    if proc.returncode != 0:
+        raise SystemExit(f"BFCL side ({mode}) failed:\n{proc.stderr[-3000:]}")
+    return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------------------- case synthesis
+
+_OMIT = ""
+
+
+def _allowed(values: list[Any]) -> list[Any]:
+    return [v for v in values if not (isinstance(v, str) and v == _OMIT)]
+
+
+def _first_call(answer: dict[str, Any], pick: str) -> dict[str, Any] | None:
+    """A concrete call from one possible answer: `pick` is first, last or omit."""
+    ((name, params),) = answer.items()
+    args: dict[str, Any] = {}
+    for param, values in params.items():
+        allowed = _allowed(values)
+        optional = len(allowed) < len(values)
+        if (pick == "omit" and optional) or not allowed:
+            continue
+        value = allowed[-1] if pick == "last" else allowed[0]
+        args[param] = _concrete(value, pick)
+    return {"name": name, "arguments": args}
+
+
+def _concrete(value: Any, pick: str) -> Any:
+    """Nested dict possible answers list allowed values per key; pick one of each."""
+    if isinstance(value, dict):
+        out = {}
+        for key, sub in value.items():
+            if isinstance(sub, list):
+                allowed = _allowed(sub)
+                if not allowed:
+                    continue
+                out[key] = _concrete(allowed[-1] if pick == "last" else allowed[0], pick)
+            else:
+                out[key] = sub
+        return out
+    if isinstance(value, list):
+        return [_concrete(v, pick) if isinstance(v, dict) else v for v in value]
+    return value
+
+
+def _wrong_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 7
+    if isinstance(value, float):
+        return value * 3 + 1.5
+    if isinstance(value, str):
+        return value + " zq"
+    if isinstance(value, list):
+        return value + [value[0]] if value else ["zq"]
+    if isinstance(value, dict):
+        return {**value, "zq_key": 1}
+    return "zq"
+
+
+def _wrong_type(value: Any) -> Any:
+    return 17 if isinstance(value, str) else "zq text"
+
+
+def _param_types(function: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], list[str]]:
+    for fn in function:
+        if fn["name"] == name:
+            params = fn.get("parameters") or {}
+            return params.get("properties") or {}, params.get("required") or []
+    return {}, []
+
+
+def build_cases(question: dict[str, Any], rng: random.Random) -> list[dict[str, Any]]:
+    """Correct and wrong calls for one question, each with the verdict we intend."""
+    answer, function = question["answer"], question["function"]
+    variants: list[tuple[str, list[dict[str, Any]]]] = []
+    first = [_first_call(a, "first") for a in answer]
+    variants.append(("correct_first", first))
+    last = [_first_call(a, "last") for a in answer]
+    if last != first:
+        variants.append(("correct_other_allowed", last))
+    omit = [_first_call(a, "omit") for a in answer]
+    if omit != first:
+        variants.append(("correct_omit_optional", omit))
+    explicit = copy.deepcopy(first)
+    changed = False
+    for call, a in zip(explicit, answer, strict=True):
+        for param, values in next(iter(a.values())).items():
+            if _OMIT in values and param not in call["arguments"]:
+                continue
+            if _OMIT in values and isinstance(call["arguments"].get(param), str):
+                call["arguments"][param], changed = _OMIT, True
+    if changed:
+        variants.append(("correct_explicit_empty", explicit))
+    if len(first) > 1:
+        variants.append(("correct_reordered", list(reversed(first))))
+    # wrong calls: one change to a random call of the first correct answer
+    target = rng.randrange(len(first))
+    call = first[target]
+    props, required = _param_types(function, call["name"])
+    present = [p for p in call["arguments"]]
+    if present:
+        p = rng.choice(present)
+        bad = copy.deepcopy(first)
+        bad[target]["arguments"][p] = _wrong_value(call["arguments"][p])
+        variants.append(("wrong_value", bad))
+        bad = copy.deepcopy(first)
+        bad[target]["arguments"][p] = _wrong_type(call["arguments"][p])
+        variants.append(("wrong_type", bad))
+    req = [p for p in required if p in call["arguments"]]
+    if req:
+        bad = copy.deepcopy(first)
+        del bad[target]["arguments"][rng.choice(req)]
+        variants.append(("wrong_missing_required", bad))
+    bad = copy.deepcopy(first)
+    bad[target]["arguments"]["zq_extra"] = 1
+    variants.append(("wrong_extra_param", bad))
+    bad = copy.deepcopy(first)
+    bad[target]["name"] = call["name"] + "_zq"
+    variants.append(("wrong_function_name", bad))
+    variants.append(("wrong_extra_call", first + [copy.deepcopy(first[0])]))
+    if len(first) > 1:
+        variants.append(("wrong_missing_call", first[:-1]))
+    variants.append(("wrong_no_call", []))
+    return [{"variant": v, "calls": calls} for v, calls in variants]
+
+
+# ------------------------------------------------------------------------------- rendering
+
+
+def render_hermes(calls: list[dict[str, Any]]) -> str:
+    """Hermes / Qwen `<tool_call>` blocks, one JSON object each (what QwenFCHandler reads)."""
+    if not calls:
+        return "I cannot help with that."
+    return "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+
+
+def render_pythonic(calls: list[dict[str, Any]]) -> str | None:
+    """`[f(a=1), g(b='x')]`; None when a value has no Python literal (NaN, infinity)."""
+    if not calls:
+        return "I cannot help with that."
+    parts = []
+    for c in calls:
+        args = ", ".join(f"{k}={v!r}" for k, v in c["arguments"].items())
+        parts.append(f"{c['name']}({args})")
+    text = "[" + ", ".join(parts) + "]"
+    return text if "nan" not in text and "inf" not in text else None
+
+
+def _java_literal(value: Any, kind: str) -> Any:
+    """BFCL's Java/JavaScript handlers read every value as its source text (typed literals)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{value}{ {'long': 'L', 'float': 'f', 'Bigint': 'n'}.get(kind, '')}"
+    if isinstance(value, str):
+        return value
+    return None  # collections need language-specific constructors; such cases are skipped
+
+
+def bfcl_text(calls: list[dict[str, Any]], fmt: str, category: str,
+              function: list[dict[str, Any]]) -> str | None:
+    """The same calls as BFCL's handler for this format and language expects them."""
+    if category.endswith(("_java", "_javascript")):
+        if fmt != "hermes":
+            return None
+        converted = []
+        for c in calls:
+            props = _param_types(function, c["name"])[0]
+            java = category.endswith("_java")
+            args = {k: _java_literal(v, (props.get(k) or {}).get("type", "") if java else
+                                     {"float": "", "Bigint": "Bigint"}.get((props.get(k) or {}).get("type", ""), ""))
+                    for k, v in c["arguments"].items()}
+            if any(v is None for v in args.values()):
+                return None
+            converted.append({"name": c["name"], "arguments": args})
+        return render_hermes(converted)
+    return render_hermes(calls) if fmt == "hermes" else render_pythonic(calls)
+
+
+def make_cases(questions: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """Every question's variants in every format both sides can read."""
+    rng = random.Random(seed)
+    cases = []
+    for q in questions:
+        for variant in build_cases(q, rng):
+            for fmt in FORMATS:
+                ours = render_hermes(variant["calls"]) if fmt == "hermes" else render_pythonic(variant["calls"])
+                theirs = bfcl_text(variant["calls"], fmt, q["category"], q["function"])
+                if ours is None or theirs is None:
+                    continue
+                cases.append({"id": q["id"], "category": q["category"], "variant": variant["variant"],
+                              "format": fmt, "text": ours, "bfcl_text": theirs,
+                              "function": q["function"], "answer": q["answer"]})
+    return cases
+
+
+# ------------------------------------------------------------------------------- veristep side
+
+
+def reference(case: dict[str, Any]) -> dict[str, Any]:
+    """The veristep reference for a case: BFCL's function docs and possible answer as shipped."""
+    return {"tools": case["function"], "expected": case["answer"], "format": case["format"]}
+
+
+def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """verify() per case in this process; a reference veristep refuses is a verdict too."""
+    from veristep.verifiers.tools import ToolCallVerifier
+
+    verifier = ToolCallVerifier(workers=0)
+    out = []
+    start = time.perf_counter()
+    for case in cases:
+        r = verifier.verify(case["text"], reference(case))
+        out.append({"valid": r.correct, "status": r.status.value, "detail": r.detail[:200]})
+    return out, time.perf_counter() - start
+
+
+def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tuple[list[str], float]:
+    """`veristep verify tools --workers N` on a JSONL of the cases, timed as a whole process."""
+    path = workdir / "cases.jsonl"
+    with path.open("w") as fh:
+        for case in cases:
+            fh.write(json.dumps({"completion": case["text"], **reference(case)}) + "\n")
+    out = workdir / "out.jsonl"
+    cli = [sys.executable, "-m", "veristep.verifiers.cli"]
+    exe = Path(sys.executable).with_name("veristep")
+    if exe.exists():
+        cli = [str(exe)]
+    start = time.perf_counter()
+    proc = subprocess.run([*cli, "verify", "tools", str(path), "--workers", str(workers), "-o", str(out),
+                           "--no-progress", "--batch-size", "1024"], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"veristep verify failed:\n{proc.stderr[-3000:]}")
+    statuses = [json.loads(line).get("status", "error") for line in out.read_text().splitlines()]
+    return statuses, seconds
+
+
+# ------------------------------------------------------------------------------- report
+
+#: Documented differences (docs/verifiers.md, "Differences from BFCL"), by the label we give them.
+DOCUMENTED = {
+    "schema": "veristep holds calls and expected values to the function's JSON Schema (enum, type, "
+              "null); BFCL checks types loosely and enums not at all",
+    "pairing": "parallel calls: veristep pairs calls with expected calls by a maximum matching; "
+               "BFCL's greedy first-fit pairing misses valid assignments",
+}
+
+
+def classify(case: dict[str, Any], bfcl: dict[str, Any], ours: dict[str, Any]) -> str:
+    """The documented difference a disagreement falls under, or "" (undocumented)."""
+    if bfcl["valid"] and not ours["valid"] and ours["status"] in ("schema_violation", "bad_reference"):
+        return "schema"
+    if (ours["valid"] and not bfcl["valid"] and case["variant"] == "correct_reordered"
+            and bfcl.get("error_type", "").endswith("cannot_find_match")):
+        return "pairing"
+    return ""
+
+
+
+def _table(title: str, rows: list[list[Any]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True))  # noqa: E731
+    return "\n".join([title, line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def agreement(cases: list[dict[str, Any]], bfcl: list[dict[str, Any]], ours: list[dict[str, Any]],
+              key: str) -> list[list[Any]]:
+    """Per value of `key`: cases, BFCL accepts, veristep accepts, agreement, veristep-only accepts."""
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for i, case in enumerate(cases):
+        groups[case[key]].append(i)
+    rows = []
+    for name in sorted(groups):
+        idx = groups[name]
+        agree = sum(bfcl[i]["valid"] == ours[i]["valid"] for i in idx)
+        rows.append([name, len(idx), sum(bfcl[i]["valid"] for i in idx), sum(ours[i]["valid"] for i in idx),
+                     f"{100 * agree / len(idx):.1f}%",
+                     sum(ours[i]["valid"] and not bfcl[i]["valid"] for i in idx)])
+    return rows
+
+
+def main() -> None:
+    """Run the comparison; print tables; write JSON."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bfcl-python", default=sys.executable,
+                    help="interpreter of a virtual environment with bfcl-eval installed (default: this one)")
+    ap.add_argument("--categories", nargs="+", default=list(CATEGORIES), choices=CATEGORIES)
+    ap.add_argument("--limit", type=int, default=0, help="at most N questions per category (0: all)")
+    ap.add_argument("--workers", type=int, default=2, help="workers for the whole-process run (default 2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-cli", action="store_true", help="skip the whole-process `veristep verify` run")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bfcl_bench.json"))
+    ap.add_argument("--bfcl-side", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.bfcl_side:
+        _bfcl_side(*args.bfcl_side)
+        return
+
+    with tempfile.TemporaryDirectory(prefix="bfcl_bench_") as tmp:
+        workdir = Path(tmp)
+        questions = _run_bfcl(args.bfcl_python, "load", {"categories": args.categories}, workdir)
+        if args.limit:
+            per: dict[str, int] = collections.Counter()
+            questions = [q for q in questions if (per.update([q["category"]]) or per[q["category"]] <= args.limit)]
+        cases = make_cases(questions, args.seed)
+        print(f"{len(questions)} BFCL questions, {len(cases)} cases", flush=True)
+        bfcl = _run_bfcl(args.bfcl_python, "check", {"cases": cases}, workdir)
+        ours, loop_s = veristep_loop(cases)
+        cli_s = None
+        if not args.skip_cli:
+            statuses, cli_s = veristep_cli(cases, args.workers, workdir)
+            mismatched = len(statuses) != len(cases) or any(
+                (s == "correct") != o["valid"] for s, o in zip(statuses, ours, strict=True))
+            if mismatched:
+                print("warning: the CLI's verdicts differ from verify()'s", file=sys.stderr)
+    verdicts = bfcl["verdicts"]
+    n = len(cases)
+    agree = sum(b["valid"] == o["valid"] for b, o in zip(verdicts, ours, strict=True))
+    only_ours = sum(o["valid"] and not b["valid"] for b, o in zip(verdicts, ours, strict=True))
+    labels = [classify(c, b, o) if b["valid"] != o["valid"] else "" for c, b, o in zip(cases, verdicts, ours, strict=True)]
+    documented = collections.Counter(label for label in labels if label)
+    outside = n - sum(documented.values())
+    only_ours_undocumented = sum(o["valid"] and not b["valid"] and not label
+                                 for b, o, label in zip(verdicts, ours, labels, strict=True))
+    bad_refs = sorted({c["id"] for c, o in zip(cases, ours, strict=True) if o["status"] == "bad_reference"})
+    header = ["group", "cases", "BFCL ok", "veristep ok", "agreement", "veristep-only ok"]
+    print(_table("\nper category", agreement(cases, verdicts, ours, "category"), header))
+    print(_table("\nper variant", agreement(cases, verdicts, ours, "variant"), header))
+    print(_table("\nper format", agreement(cases, verdicts, ours, "format"), header))
+    rates = [["BFCL decode + ast_checker, in-process", f"{bfcl['seconds']:.2f}", f"{n / bfcl['seconds']:.0f}"],
+             ["veristep verify() loop, in-process", f"{loop_s:.2f}", f"{n / loop_s:.0f}"]]
+    if cli_s is not None:
+        rates.append([f"veristep verify tools --workers {args.workers}, whole process", f"{cli_s:.2f}",
+                      f"{n / cli_s:.0f}"])
+    print(_table("\nthroughput", rates, ["run", "seconds", "cases/s"]))
+    print(f"\nagreement {agree}/{n} = {100 * agree / n:.2f}%; outside documented differences "
+          f"{agree}/{outside} = {100 * agree / outside:.2f}%")
+    for label, count in documented.most_common():
+        print(f"  documented difference {label!r}: {count} cases ({DOCUMENTED[label]})")
+    print(f"veristep accepts what BFCL rejects: {only_ours} ({only_ours_undocumented} undocumented); "
+          f"questions whose reference veristep refuses (bad_reference): {len(bad_refs)}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    disagreements = [
+        {"id": c["id"], "category": c["category"], "variant": c["variant"], "format": c["format"],
+         "text": c["text"][:400], "bfcl": b, "veristep": o, "documented": label}
+        for c, b, o, label in zip(cases, verdicts, ours, labels, strict=True) if b["valid"] != o["valid"]
+    ]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({
+        "command": " ".join(sys.argv), "questions": len(questions), "cases": n,
+        "agreement": agree / n, "agreement_outside_documented": agree / outside,
+        "documented_differences": dict(documented), "veristep_only_accepts": only_ours,
+        "veristep_only_accepts_undocumented": only_ours_undocumented, "bad_reference_questions": bad_refs,
+        "per_category": agreement(cases, verdicts, ours, "category"),
+        "per_variant": agreement(cases, verdicts, ours, "variant"),
+        "per_format": agreement(cases, verdicts, ours, "format"),
+        "seconds": {"bfcl_in_process": bfcl["seconds"], "veristep_loop": loop_s, "veristep_cli": cli_s},
+        "load_average": os.getloadavg()[0], "disagreements_shown": min(len(disagreements), 300),
+        "disagreements": disagreements[:300],
+    }, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

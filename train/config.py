@@ -297,7 +297,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         tp = _field_type(f)
         flags = [f"--{f.name.replace('_', '-')}"]
         help_text = f.metadata.get("help", "")
-        default_text = f" (default: {f.default})"
+        # a None default is explained by the help text itself ("default: the model's")
+        default_text = "" if f.default is None or "default" in help_text else f" (default: {f.default})"
         if tp is bool:
             parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=argparse.SUPPRESS, help=help_text + default_text)

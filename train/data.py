@@ -58,6 +58,16 @@ def _typed(value: str) -> Any:
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
+def check_data_files(*sources: str | None) -> None:
+    """Raise UsageError for a data file name that does not exist (checked before any model loads)."""
+    for source in sources:
+        if not source or source.startswith(BUILTIN_PREFIX):
+            continue
+        path = Path(source)
+        if path.suffix in _DATA_SUFFIXES and not path.exists():  # a file name, never a hub name
+            raise UsageError(f"dataset={source}: no such data file")
+
+
 def load_records(source: str, *, split: str = "train", config_name: str | None = None,
                  limit: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """Read records from a builtin task, a JSONL/JSON/Parquet file or a `datasets` source."""
@@ -69,9 +79,8 @@ def load_records(source: str, *, split: str = "train", config_name: str | None =
 
         # The "rl" part of the problem space: never a prompt the warm start was taught.
         return [dict(r) for r in task.make_problems(limit or 2000, seed=seed, part="rl", **kwargs)]
+    check_data_files(source)
     path = Path(source)
-    if path.suffix in _DATA_SUFFIXES and not path.exists():  # a file name, never a hub name
-        raise UsageError(f"dataset={source}: no such data file")
     if path.suffix in (".jsonl", ".json") and path.exists():
         records = _read_json_records(path)
     elif path.suffix == ".parquet" and path.exists():

@@ -183,11 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", help="model directory (e.g. runs/warmstart)")
     parser.add_argument("after", help="model directory (e.g. runs/gated_grpo/checkpoints/step-000150/model)")
     parser.add_argument("--dataset", default=None, help="trainer dataset (default: the trainer's)")
+    parser.add_argument("--eval-size", type=int, default=None, help="held-out prompts (default: the trainer's)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seeds of both models")
     parser.add_argument("--after-seed", type=int, default=None,
                         help="also evaluate `after` with other seeds, to show what common random numbers save")
     args = parser.parse_args(argv)
-    config = {"dataset": args.dataset} if args.dataset else {}
+    config = {k: v for k, v in (("dataset", args.dataset), ("eval_size", args.eval_size)) if v is not None}
     runs = {"before": evaluate_model(args.before, args.seed, **config),
             "after": evaluate_model(args.after, args.seed, **config)}
     if args.after_seed is not None:

@@ -46,7 +46,7 @@ from veristep.train.config import (  # noqa: E402
     LossSettings,
     parse_args,
 )
-from veristep.train.data import PromptSampler, load_train_and_eval  # noqa: E402
+from veristep.train.data import PromptSampler, check_data_files, load_train_and_eval  # noqa: E402
 from veristep.train.distributed import (  # noqa: E402
     DistInfo,
     all_reduce,
@@ -100,6 +100,7 @@ def train(cfg: Config) -> dict[str, Any]:
     G, device = cfg.group_size, info.device
 
     # ---- models: the policy pi_theta (also the rollout weights) and, only if KL is on, pi_ref
+    check_data_files(cfg.dataset, cfg.eval_dataset)  # before a warm start takes minutes to build
     model_path = _resolve_model(cfg, info)
     tokenizer = _load_tokenizer(cfg.tokenizer or model_path)
     dtype = resolve_dtype(cfg.dtype, device)  # forward passes; the policy's weights stay float32
@@ -704,8 +705,17 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
+    from veristep.verifiers.cli.jsonl_io import InputError, UsageError
+
     cfg = parse_args(argv)
-    summary = train(cfg)
+    try:
+        summary = train(cfg)
+    except UsageError as err:  # the exit codes of `veristep train`: 2 usage, 1 data
+        print(f"gated_grpo.py: error: {err}", file=sys.stderr)
+        return 2
+    except InputError as err:
+        print(f"gated_grpo.py: error: {err}", file=sys.stderr)
+        return 1
     if int(os.environ.get("RANK", "0")) == 0:
         print_summary(summary)
     return 0

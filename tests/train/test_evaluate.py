@@ -122,3 +122,14 @@ def test_before_and_after_evaluations_of_an_unchanged_model_pair_exactly(engine_
     assert before.prompts == len(prompts) and before.samples == 4
     diff = compare(before, after)
     assert diff["pass@1"] == Estimate(0.0, 0.0) and diff["greedy"] == Estimate(0.0, 0.0)
+
+
+def test_compare_command_pairs_a_model_with_itself_exactly(tiny_model_dir, capsys):
+    from veristep.train.evaluate import main
+
+    assert main([str(tiny_model_dir), str(tiny_model_dir), "--dataset", "builtin:arith:level=easy",
+                 "--eval-size", "6", "--after-seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "6 prompts x 4 samples" in out
+    assert "after - before: pass@1 +0.0 +- 0.0 paired" in out  # same seeds, same model: no noise
+    assert "after, other seeds - before" in out

@@ -118,3 +118,19 @@ def test_ppo_epochs_and_mini_batches_take_several_steps_with_ratio_away_from_one
                              output_dir=str(Path(cfg.output_dir).parent / "once"))))
     row1 = read_metrics(Path(cfg.output_dir).parent / "once" / "metrics.jsonl")[0]
     assert row1["train/updates"] == 1 and row1["loss/ratio_dev"] == 0.0
+
+
+def test_cpu_training_uses_one_thread_unless_omp_num_threads_is_set(monkeypatch):
+    from veristep.train.distributed import setup
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        setup("cpu")
+        assert torch.get_num_threads() == 2  # the user's choice stands
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        setup("cpu")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

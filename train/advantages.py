@@ -27,29 +27,67 @@ def gate_options(cfg: Any) -> dict[str, Any]:
     return {"gate": cfg.gate, "tau": cfg.tau, "low": cfg.reward_low}
 
 
-def prm_groups(cfg: Any, rewards: torch.Tensor) -> list[int]:
+def partly_judged(judged: torch.Tensor | None) -> list[int]:
+    """Groups (rows of `judged` [N, G]) with at least one completion no verifier could judge."""
+    if judged is None:
+        return []
+    return [int(g) for g in torch.nonzero(~judged.all(dim=1)).flatten()]
+
+
+def prm_groups(cfg: Any, rewards: torch.Tensor, judged: torch.Tensor | None = None) -> list[int]:
     """Indices of the groups whose completions the PRM must score (rewards `[N, G]`).
 
     VeriGate: exactly the groups `veristep.gating.gate_mask` sends to its PRM branch, so
-    the PRM runs on nothing the gate will not read; prm_as_outcome: every group.
+    the PRM runs on nothing the gate will not read; prm_as_outcome: every group. A group
+    with unjudged completions (`judged` [N, G] False) is gated on its judged ones alone.
     """
     if cfg.advantage == "prm_as_outcome":
         return list(range(rewards.shape[0]))
     if cfg.advantage != "verigate":
         return []
     sent = gating.gate_mask(rewards, **gate_options(cfg))
+    for g in partly_judged(judged):
+        cols = torch.nonzero(judged[g]).flatten()
+        sent[g] = bool(cols.numel()) and bool(gating.gate_mask(rewards[g, cols][None], **gate_options(cfg))[0])
     return [int(i) for i in torch.nonzero(sent).flatten()]
 
 
 def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
-                       steps: Any | None = None, keep: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, dict[str, float]]:
+                       steps: Any | None = None, keep: torch.Tensor | None = None,
+                       judged: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Token advantages `[N, G, T]` and metrics for `cfg.advantage`.
 
     `rewards` `[N, G]`; `token_mask` `[N, G, T]` (1 on completion tokens); `steps` is the
     `StepTensors` of the PRM for verigate and prm_as_outcome; `keep` `[N, G]` bool zeroes
-    the advantages of the completions left out of the loss (e.g. truncated ones).
+    the advantages of the completions left out of the loss (e.g. truncated ones). `judged`
+    `[N, G]` bool: an unjudged completion (a checker time-out, a sandbox error, a bad reference)
+    has no reward, not a zero one: its group's advantages are those of its judged completions
+    alone (the same estimator on the smaller group), and it gets none.
     """
+    adv, metrics = _token_advantages(cfg, rewards, token_mask, steps)
+    for g in partly_judged(judged):
+        cols = torch.nonzero(judged[g]).flatten()
+        adv[g] = 0.0
+        if cols.numel():
+            sub_steps = steps.select(g, cols) if steps is not None else None
+            sub, _ = _token_advantages(cfg, rewards[g, cols][None], token_mask[g, cols][None], sub_steps)
+            adv[g, cols] = sub[0].to(adv.dtype)
+    adv = torch.nan_to_num(adv.float(), nan=0.0, posinf=0.0, neginf=0.0) * token_mask
+    if keep is not None:
+        adv = adv * keep.unsqueeze(-1).to(adv.dtype)
+    if judged is not None:
+        adv = adv * judged.unsqueeze(-1).to(adv.dtype)
+    real = token_mask.sum().clamp(min=1)
+    # Coverage, not signal: any PRM (even one that scores every step 0.5) makes the gated groups'
+    # tokens non-zero (docs/trainer.md, "What adv/nonzero_frac does and does not say").
+    metrics["adv/nonzero_frac"] = float(((adv != 0).float() * token_mask).sum() / real)
+    metrics["adv/abs_mean"] = float(adv.abs().sum() / real)
+    return adv, metrics
+
+
+def _token_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
+                      steps: Any | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The estimator of `cfg.advantage` on a batch of groups: `[N, G, T]` advantages, gate metrics."""
     method = cfg.advantage
     metrics: dict[str, float] = {}
     if method == "verigate":
@@ -58,22 +96,15 @@ def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor
             eps=cfg.adv_eps, centre_scores=cfg.centre_scores, high=cfg.reward_high(),
             **gate_options(cfg))
         metrics.update({k: float(v) for k, v in gate_metrics.items()})
+        return adv, metrics
+    if method == "prm_as_outcome":
+        rewards = gating.prm_as_outcome_rewards(steps.step_scores, steps.step_mask, agg=cfg.prm_agg)
+        outcome = "grpo"
     else:
-        if method == "prm_as_outcome":
-            rewards = gating.prm_as_outcome_rewards(steps.step_scores, steps.step_mask, agg=cfg.prm_agg)
-            outcome = "grpo"
-        else:
-            outcome = OUTCOME_METHOD[method]
-        opts = {"virtual": cfg.avspo_virtual} if outcome == "avspo" else {}
-        seq_adv = gating.outcome_advantages(rewards, method=outcome, std=cfg.adv_std, eps=cfg.adv_eps, **opts)
-        adv = gating.broadcast_to_tokens(seq_adv, token_mask)
-    adv = torch.nan_to_num(adv.float(), nan=0.0, posinf=0.0, neginf=0.0) * token_mask
-    if keep is not None:
-        adv = adv * keep.unsqueeze(-1).to(adv.dtype)
-    real = token_mask.sum().clamp(min=1)
-    metrics["adv/nonzero_frac"] = float(((adv != 0).float() * token_mask).sum() / real)
-    metrics["adv/abs_mean"] = float(adv.abs().sum() / real)
-    return adv, metrics
+        outcome = OUTCOME_METHOD[method]
+    opts = {"virtual": cfg.avspo_virtual} if outcome == "avspo" else {}
+    seq_adv = gating.outcome_advantages(rewards, method=outcome, std=cfg.adv_std, eps=cfg.adv_eps, **opts)
+    return gating.broadcast_to_tokens(seq_adv, token_mask), metrics
 
 
 def winner_groups(adv: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .placebo import PLACEBOS
+
 ADVANTAGE_METHODS = ("verigate", "grpo", "dr_grpo", "dapo", "avspo", "sign", "wapo", "prm_as_outcome")
 LOSS_AGGREGATIONS = ("token-mean", "sequence-mean", "constant", "winner-constant")
 #: Aggregations that divide by a constant (`loss_constant`, default max_completion_len).
@@ -81,9 +83,9 @@ class Config:
     config: str | None = field(default=None, metadata={"help": "YAML file with field values (flags override it)"})
     output_dir: str = field(default="runs/gated_grpo", metadata={"help": "where metrics, checkpoints and the summary go"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, data order and init"})
-    steps: int = field(default=24, metadata={"help": "optimizer steps (each = one rollout batch)"})
+    steps: int = field(default=150, metadata={"help": "optimizer steps (each = one rollout batch)"})
     resume: bool = field(default=False, metadata={"help": "continue from the last complete checkpoint in output_dir"})
-    checkpoint_interval: int = field(default=12, metadata={"help": "save every N steps (0: only at the end)"})
+    checkpoint_interval: int = field(default=50, metadata={"help": "save every N steps (0: only at the end)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     # --- model -----------------------------------------------------------------------------
     model: str = field(default="builtin:warmstart", metadata={"help": "HF model dir/name, or builtin:warmstart (tiny CPU model, built on first use)"})
@@ -93,7 +95,7 @@ class Config:
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations to save memory"})
     warmstart_dir: str = field(default="runs/warmstart", metadata={"help": "cache folder for builtin:warmstart"})
     # --- data ------------------------------------------------------------------------------
-    dataset: str = field(default="builtin:arith", metadata={"help": "JSONL/Parquet path, a `datasets` name, or builtin:arith[:key=value,...]"})
+    dataset: str = field(default="builtin:arith:level=medium", metadata={"help": "JSONL/Parquet path, a `datasets` name, or builtin:arith[:key=value,...]"})
     dataset_config: str | None = field(default=None, metadata={"help": "`datasets` configuration name"})
     dataset_split: str = field(default="train", metadata={"help": "`datasets` split"})
     prompt_field: str = field(default="prompt", metadata={"help": "record field holding the problem text"})
@@ -103,9 +105,10 @@ class Config:
     train_size: int = field(default=2000, metadata={"help": "prompts generated for builtin datasets / max records read (0: all)"})
     eval_dataset: str | None = field(default=None, metadata={"help": "held-out set (default: a disjoint builtin set, or none)"})
     eval_split: str = field(default="test", metadata={"help": "`datasets` split of eval_dataset"})
-    eval_size: int = field(default=64, metadata={"help": "held-out prompts evaluated"})
-    eval_interval: int = field(default=12, metadata={"help": "evaluate every N steps (0: only before and after)"})
-    eval_samples: int = field(default=0, metadata={"help": "samples per eval prompt (0: group_size); eval/pass@G is the unbiased pass@min(G, eval_samples)"})
+    eval_size: int = field(default=500, metadata={"help": "held-out prompts evaluated"})
+    eval_interval: int = field(default=0, metadata={"help": "evaluate every N steps (0: only before and after)"})
+    eval_samples: int = field(default=4, metadata={"help": "samples per eval prompt at the training temperature (0: group_size); eval/pass@G is the unbiased pass@min(G, eval_samples)"})
+    eval_greedy: bool = field(default=True, metadata={"help": "also evaluate one greedy completion per prompt (eval/greedy)"})
     # --- rewards ---------------------------------------------------------------------------
     verifier: str = field(default="math", metadata={"help": "verifier kind(s), comma separated: math, code, tools, format, or module:Class / file.py:Class"})
     verifier_weights: str | None = field(default=None, metadata={"help": "comma separated weights, one per verifier (default: equal, summing to 1)"})
@@ -125,23 +128,24 @@ class Config:
     centre_scores: bool = field(default=False, metadata={"help": "VeriGate: use 2p-1 step scores"})
     prm_agg: str = field(default="min", metadata={"help": "prm_as_outcome aggregation: min|prod|mean|last"})
     avspo_virtual: str = field(default="opposite", metadata={"help": "AVSPO virtual reward: opposite (the released rule) | fixed | random"})
+    placebo: str = field(default="", metadata={"help": "control run: '' (none) | rewards (permute outcome rewards within each group) | steps (permute step scores within each gated group); both keep the gradient's size and remove its information"})
     dynamic_sampling_rounds: int = field(default=4, metadata={"help": "dapo: max extra rollout rounds to fill the batch"})
     difficulty_ema: float = field(default=0.3, metadata={"help": "EMA weight of a step's success rate in each prompt's difficulty (easy/frontier/hard; logged as difficulty/*)"})
     # --- rollout ---------------------------------------------------------------------------
     rollout: str = field(default="hf", metadata={"help": "rollout engine: hf|vllm"})
-    group_size: int = field(default=8, metadata={"help": "G, completions per prompt"})
-    prompts_per_step: int = field(default=8, metadata={"help": "prompts per optimizer step (global, over all ranks)"})
+    group_size: int = field(default=4, metadata={"help": "G, completions per prompt"})
+    prompts_per_step: int = field(default=16, metadata={"help": "prompts per optimizer step (global, over all ranks)"})
     max_prompt_len: int = field(default=256, metadata={"help": "prompts are left-truncated to this many tokens"})
     max_completion_len: int = field(default=100, metadata={"help": "max new tokens per completion"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     rollout_batch_prompts: int = field(default=0, metadata={"help": "hf: prompts per generate call (0: all at once)"})
-    reproducible_rollouts: bool = field(default=False, metadata={"help": "hf: seed each prompt's samples from (seed, step, prompt); results then do not depend on batch or world size (slower)"})
+    reproducible_rollouts: bool = field(default=False, metadata={"help": "hf: one generate call per prompt under its own seed, so samples do not depend on the batch or world size (slower); without it a batch's seeds seed its random stream"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={"help": "vllm: fraction of GPU memory for the engine"})
     vllm_sleep_mode: bool = field(default=False, metadata={"help": "vllm: free engine memory during training"})
     vllm_max_model_len: int | None = field(default=None, metadata={"help": "vllm: context length (default prompt+completion)"})
     # --- optimisation ----------------------------------------------------------------------
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
+    lr: float = field(default=3e-5, metadata={"help": "AdamW learning rate"})
     lr_schedule: str = field(default="constant", metadata={"help": "constant|linear|cosine (after warmup)"})
     warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
@@ -175,6 +179,9 @@ class Config:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
 
         need(self.advantage in ADVANTAGE_METHODS, "advantage", f"choose one of {', '.join(ADVANTAGE_METHODS)}")
+        need(self.placebo in PLACEBOS, "placebo", "choose rewards or steps (or leave it empty)")
+        need(self.placebo != "steps" or self.advantage in PRM_METHODS, "placebo",
+             f"steps permutes PRM step scores; advantage={self.advantage} uses none")
         need(self.loss in LOSS_PRESETS, "loss", f"choose one of {', '.join(LOSS_PRESETS)}")
         need(self.loss_agg is None or self.loss_agg in LOSS_AGGREGATIONS, "loss_agg",
              f"choose one of {', '.join(LOSS_AGGREGATIONS)}")
@@ -290,7 +297,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         tp = _field_type(f)
         flags = [f"--{f.name.replace('_', '-')}"]
         help_text = f.metadata.get("help", "")
-        default_text = f" (default: {f.default})"
+        # a None default is explained by the help text itself ("default: the model's")
+        default_text = "" if f.default is None or "default" in help_text else f" (default: {f.default})"
         if tp is bool:
             parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=argparse.SUPPRESS, help=help_text + default_text)

@@ -58,6 +58,16 @@ def _typed(value: str) -> Any:
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
+def check_data_files(*sources: str | None) -> None:
+    """Raise UsageError for a data file name that does not exist (checked before any model loads)."""
+    for source in sources:
+        if not source or source.startswith(BUILTIN_PREFIX):
+            continue
+        path = Path(source)
+        if path.suffix in _DATA_SUFFIXES and not path.exists():  # a file name, never a hub name
+            raise UsageError(f"dataset={source}: no such data file")
+
+
 def load_records(source: str, *, split: str = "train", config_name: str | None = None,
                  limit: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """Read records from a builtin task, a JSONL/JSON/Parquet file or a `datasets` source."""
@@ -67,10 +77,10 @@ def load_records(source: str, *, split: str = "train", config_name: str | None =
             raise ValueError(f"dataset={source!r}: the only built-in task is builtin:arith")
         from veristep.train.demo import task
 
-        return [dict(r) for r in task.make_problems(limit or 2000, seed=seed, **kwargs)]
+        # The "rl" part of the problem space: never a prompt the warm start was taught.
+        return [dict(r) for r in task.make_problems(limit or 2000, seed=seed, part="rl", **kwargs)]
+    check_data_files(source)
     path = Path(source)
-    if path.suffix in _DATA_SUFFIXES and not path.exists():  # a file name, never a hub name
-        raise UsageError(f"dataset={source}: no such data file")
     if path.suffix in (".jsonl", ".json") and path.exists():
         records = _read_json_records(path)
     elif path.suffix == ".parquet" and path.exists():
@@ -172,8 +182,12 @@ def load_train_and_eval(cfg: Any, tokenizer: Any) -> tuple[list[Problem], list[P
     elif cfg.dataset.startswith(BUILTIN_PREFIX) and cfg.eval_size:
         # A disjoint held-out set: a different generator seed, minus any prompt seen in training.
         seen = {r["prompt"] for r in train_records}
-        candidates = load_records(cfg.dataset, limit=cfg.eval_size * 2 + 50, seed=1_000_003)
-        eval_records = [r for r in candidates if r["prompt"] not in seen][: cfg.eval_size]
+        candidates = load_records(cfg.dataset, limit=cfg.eval_size * 20 + 100, seed=1_000_003)
+        fresh = {r["prompt"]: r for r in candidates if r["prompt"] not in seen}  # each prompt once
+        eval_records = list(fresh.values())[: cfg.eval_size]
+        if len(eval_records) < cfg.eval_size:
+            raise ValueError(f"eval_size={cfg.eval_size}: {cfg.dataset} has only {len(eval_records)} "
+                             "prompts left outside the training set; lower eval_size or train_size")
     else:
         eval_records = []
     return (build_problems(train_records, cfg, tokenizer, cfg.dataset),

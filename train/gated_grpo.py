@@ -46,26 +46,35 @@ from veristep.train.config import (  # noqa: E402
     LossSettings,
     parse_args,
 )
-from veristep.train.data import PromptSampler, load_train_and_eval  # noqa: E402
+from veristep.train.data import PromptSampler, check_data_files, load_train_and_eval  # noqa: E402
 from veristep.train.distributed import (  # noqa: E402
     DistInfo,
     all_reduce,
+    check_mini_batches,
     gather_rows,
     grad_sync,
+    mini_batch_rows,
     setup,
     shard,
     teardown,
     unwrap,
     wrap_model,
 )
+from veristep.train.evaluate import EvalResult, compare, evaluate  # noqa: E402
 from veristep.train.logprobs import (  # noqa: E402
     PolicyBatch,
     collate,
     completion_logits,
     logprobs_from_logits,
+    resolve_dtype,
     token_logprobs,
 )
 from veristep.train.loss import aggregation_weights, clipped_policy_loss  # noqa: E402
+from veristep.train.placebo import (  # noqa: E402
+    permute_step_scores,
+    placebo_generator,
+    shuffle_within_groups,
+)
 from veristep.train.rewards import OutcomeRewarder, prm_step_tensors  # noqa: E402
 from veristep.train.rollout import Rollouts, build_engine, iter_chunks  # noqa: E402
 from veristep.train.tracking import STEP_METRICS, MetricsLogger  # noqa: E402
@@ -81,19 +90,21 @@ def train(cfg: Config) -> dict[str, Any]:
     if cfg.prompts_per_step % info.world_size:
         raise ConfigError(f"prompts_per_step={cfg.prompts_per_step}: must divide by the number of "
                           f"processes ({info.world_size})")
-    if cfg.prompts_per_step // info.world_size < cfg.mini_batches:
-        raise ConfigError(f"mini_batches={cfg.mini_batches}: each process holds only "
-                          f"{cfg.prompts_per_step // info.world_size} groups per step")
+    try:
+        check_mini_batches(cfg.prompts_per_step // info.world_size, cfg.mini_batches, info.world_size)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _seed_everything(cfg.seed * 1000 + info.rank)
     out = Path(cfg.output_dir)
     t_start = time.perf_counter()
     G, device = cfg.group_size, info.device
 
     # ---- models: the policy pi_theta (also the rollout weights) and, only if KL is on, pi_ref
+    check_data_files(cfg.dataset, cfg.eval_dataset)  # before a warm start takes minutes to build
     model_path = _resolve_model(cfg, info)
     tokenizer = _load_tokenizer(cfg.tokenizer or model_path)
-    dtype = _resolve_dtype(cfg.dtype, device)
-    policy = _load_model(model_path, dtype, device)
+    dtype = resolve_dtype(cfg.dtype, device)  # forward passes; the policy's weights stay float32
+    policy = _load_model(model_path, torch.float32, device)
     if cfg.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     ref_model = None
@@ -143,15 +154,20 @@ def train(cfg: Config) -> dict[str, Any]:
                     f"{len(eval_set)} held out | G={G} x {cfg.prompts_per_step} prompts/step | "
                     f"{cfg.steps} steps on {device} x{info.world_size}"
                     + (f" | resumed at step {start_step} from {ckpt}" if ckpt else ""))
-    eval_before = run_state.get("eval_before")
-    if eval_before is None:
-        eval_before = _evaluate(engine, eval_ids, eval_refs, rewarder, cfg, info)
-        if eval_before and info.is_main:
-            log.console(f"eval before training: pass@1 {eval_before['eval/pass@1']:.3f} "
-                        f"pass@G {eval_before['eval/pass@G']:.3f}")
+    eval_samples = cfg.eval_samples or G
+
+    def run_eval() -> EvalResult | None:
+        return evaluate(engine, eval_ids, eval_refs, rewarder, eval_samples, cfg.seed, info, cfg.eval_greedy)
+
+    eval_before = _eval_state(run_state.get("eval_before"))
+    if eval_before is None and eval_ids:
+        eval_before = run_eval()
+        if info.is_main:
+            log.console(f"eval before training ({eval_before.seconds:.0f} s): "
+                        + _eval_line(eval_before.metrics(G)))
     totals = run_state.get("totals", {"rollouts": 0, "completion_tokens": 0, "prm_completions": 0,
                                       "skipped_updates": 0})
-    last_eval = run_state.get("last_eval", eval_before)
+    last_eval = _eval_state(run_state.get("last_eval")) or eval_before
     last_eval_step = run_state.get("last_eval_step", 0)
     step, stopped = start_step, None
 
@@ -170,17 +186,19 @@ def train(cfg: Config) -> dict[str, Any]:
 
             # 2. outcome rewards from the verifiers
             scored = rewarder.score(ro.texts, [train_refs[i] for i in local_idx for _ in range(G)])
-            rewards, correct, t_reward = scored.rewards, scored.correct, scored.seconds
 
             # 2b. DAPO dynamic sampling: more rounds until enough groups carry signal
             if cfg.advantage == "dapo":
-                ro, rewards, correct, local_idx, ds = _dynamic_sampling(
-                    cfg, engine, rewarder, sampler, train_ids, train_refs, ro, rewards, correct,
-                    local_idx, step, info)
-                t_rollout, t_reward = t_rollout + ds.pop("rollout_s"), t_reward + ds.pop("reward_s")
+                ro, scored, local_idx, ds = _dynamic_sampling(
+                    cfg, engine, rewarder, sampler, train_ids, train_refs, ro, scored, local_idx, step, info)
+                t_rollout += ds.pop("rollout_s")
                 sampled, sampled_tokens = ds.pop("sampled"), ds.pop("sampled_tokens")
                 m.update(ds)
+            rewards, correct, t_reward = scored.rewards, scored.correct, scored.seconds
             n = len(local_idx)
+            # An unjudged completion (checker time-out, sandbox error, bad reference) has no
+            # reward: it is left out of the gate, the advantages and the loss, and counted.
+            judged = scored.judged.view(n, G)
             outcome = rewards.view(n, G)
             if cfg.overlong_cache_len:
                 lengths = torch.tensor([len(c) for c in ro.completion_ids], dtype=torch.float32)
@@ -188,26 +206,30 @@ def train(cfg: Config) -> dict[str, Any]:
                                                             cfg.overlong_cache_len)
             rewards = rewards.view(n, G)
             correct = correct.view(n, G)
+            if cfg.placebo == "rewards":  # control: the same rewards, on random completions
+                rewards = shuffle_within_groups(rewards, placebo_generator(cfg.seed, step), judged)
 
             # 3. gate: which groups collapsed, and which of them the PRM must score
-            groups = prm_groups(cfg, rewards)
+            groups = prm_groups(cfg, rewards, judged)
             batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
             T = batch.completion_ids.shape[1]
             token_mask = batch.completion_mask.view(n, G, T).cpu().clone()  # own copy: masked below
-            keep = None
+            keep = judged.clone()
             if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
-                cut = torch.tensor(ro.truncated, dtype=torch.bool)
-                batch.completion_mask[cut.to(device)] = 0.0
-                keep = ~cut.view(n, G)
+                keep &= ~torch.tensor(ro.truncated, dtype=torch.bool).view(n, G)
+            batch.completion_mask[(~keep).flatten().to(device)] = 0.0  # out of the loss's denominators too
 
             # 4. PRM on the gated groups only
             steps_t = None
             if scorer is not None:
                 steps_t = prm_step_tensors(scorer, tokenizer, [train_set[i].text for i in local_idx],
                                            ro.completion_ids, ro.texts, G, T, groups)
+                if cfg.placebo == "steps":  # control: the same step scores, on random steps
+                    steps_t.step_scores = permute_step_scores(steps_t.step_scores, steps_t.step_mask, groups,
+                                                              placebo_generator(cfg.seed, step))
 
             # 5. advantages [N, G, T]
-            adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep)
+            adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep, judged)
             m.update(adv_metrics)
 
             # 6-7. pi_old / pi_ref log-probs, then the clipped loss over PPO epochs x mini-batches
@@ -231,11 +253,13 @@ def train(cfg: Config) -> dict[str, Any]:
             m["reward/mean"] = float(gather_rows(rewards, info).mean())
             m["reward/std"] = float(gather_rows(rewards, info).std(unbiased=False))
             m["reward/correct_frac"] = float(all_correct.float().mean())
+            m["reward/unjudged_frac"] = float(gather_rows((~judged).float(), info).mean())
             m["gate/gated_groups"] = int(all_reduce(float(len(groups)), info))
             prm_rows = int(all_reduce(float(len(groups) * G if scorer is not None else 0), info))
             m["gate/prm_completions"] = prm_rows
             if steps_t is not None:
                 m["gate/steps_per_gated_response"] = steps_t.steps_per_response()
+                m["prm/nan_steps"] = int(all_reduce(float(steps_t.nan_steps), info))
             global_idx = _gather_indices(local_idx, info)
             difficulty.update(global_idx, all_correct.float().mean(dim=1))
             for name, members in difficulty.by_difficulty().items():
@@ -248,9 +272,9 @@ def train(cfg: Config) -> dict[str, Any]:
             t_eval = 0.0
             if eval_ids and (step == cfg.steps or (cfg.eval_interval and step % cfg.eval_interval == 0)):
                 t1 = time.perf_counter()
-                last_eval = _evaluate(engine, eval_ids, eval_refs, rewarder, cfg, info)
+                last_eval = run_eval()
                 last_eval_step = step
-                m.update(last_eval)
+                m.update(last_eval.metrics(G))
                 t_eval = time.perf_counter() - t1
             tokens = int(all_reduce(float(sampled_tokens), info))
             step_s = time.perf_counter() - t_step
@@ -269,7 +293,8 @@ def train(cfg: Config) -> dict[str, Any]:
             stop_now = bool(all_reduce(float(stop.requested), info, op="max"))
             if stop_now or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0) or step == cfg.steps:
                 state = {"sampler": sampler.state_dict(), "difficulty": difficulty.state_dict(),
-                         "eval_before": eval_before, "totals": totals, "last_eval": last_eval,
+                         "eval_before": eval_before and eval_before.to_state(), "totals": totals,
+                         "last_eval": last_eval and last_eval.to_state(),
                          "last_eval_step": last_eval_step}
                 save_checkpoint(out, step, model, optimizer, scheduler, state, info, tokenizer,
                                 cfg.fsdp, cfg.keep_checkpoints)
@@ -301,6 +326,7 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
     """
     G = cfg.group_size
     policy = unwrap(model)
+    dtype = resolve_dtype(cfg.dtype, batch.input_ids.device)
     # pi_old is the policy that sampled the batch. With a single update per batch it equals
     # pi_theta at the first forward, whose detached log-probs serve (saves one forward pass).
     single_update = cfg.ppo_epochs * cfg.mini_batches == 1
@@ -310,20 +336,20 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
             old_logp = _engine_logprobs(ro, batch)
         else:
             with torch.no_grad():
-                old_logp, _ = token_logprobs(policy, batch, cfg.temperature, cfg.micro_batch_size)
+                old_logp, _ = token_logprobs(policy, batch, cfg.temperature, cfg.micro_batch_size, dtype=dtype)
     ref_logp = None
     if ref_model is not None:
         with torch.no_grad():
-            ref_logp, _ = token_logprobs(ref_model, batch, cfg.temperature, cfg.micro_batch_size)
+            ref_logp, _ = token_logprobs(ref_model, batch, cfg.temperature, cfg.micro_batch_size, dtype=dtype)
 
     sums = {"policy": 0.0, "kl": 0.0, "low": 0.0, "high": 0.0, "tokens": 0.0, "ent": 0.0,
-            "ent_tokens": 0.0, "mismatch": 0.0, "mismatch_tokens": 0.0, "grad_norm": 0.0}
+            "ent_tokens": 0.0, "mismatch": 0.0, "mismatch_tokens": 0.0, "grad_norm": 0.0, "ratio_dev": 0.0}
     updates = skipped = 0
     for epoch in range(cfg.ppo_epochs):
         for mb in range(cfg.mini_batches):
             # Mini-batches are sets of global group indices, so a rank's share of mini-batch k
             # is exactly its part of the single-process mini-batch k.
-            rows = torch.nonzero(group_of_row % cfg.mini_batches == mb).flatten()
+            rows = mini_batch_rows(group_of_row, cfg.mini_batches, mb)
             sub_mask = batch.completion_mask[rows]
             if loss.agg == "winner-constant":  # divisor: G x constant per group with a winner
                 n_seqs = float(winners[torch.unique(rows // G)].float().sum() * G)
@@ -342,7 +368,7 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
                 ix = torch.tensor(chunk)
                 sub = batch.rows(ix)
                 with grad_sync(model, enabled=c == len(chunks) - 1):
-                    logits = completion_logits(model, sub)
+                    logits = completion_logits(model, sub, dtype)
                     logp, ent = logprobs_from_logits(logits, sub.completion_ids, cfg.temperature,
                                                      with_entropy=epoch == 0)
                     old = old_logp[ix] if old_logp is not None else logp.detach()
@@ -356,6 +382,7 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
                 sums["low"] += terms.clipped_low
                 sums["high"] += terms.clipped_high
                 sums["tokens"] += terms.tokens
+                sums["ratio_dev"] += terms.ratio_dev
                 if ent is not None:
                     sums["ent"] += float((ent * sub.completion_mask).sum())
                     sums["ent_tokens"] += float(sub.completion_mask.sum())
@@ -384,7 +411,9 @@ def optimise_policy(cfg: Config, model: torch.nn.Module, ref_model: torch.nn.Mod
         "loss/clip_frac_low": float(all_reduce(sums["low"], info)) / max(tok, 1.0),
         "loss/clip_frac_high": float(all_reduce(sums["high"], info)) / max(tok, 1.0),
         "policy/entropy": float(all_reduce(sums["ent"], info)) / max(ent_tok, 1.0),
+        "loss/ratio_dev": float(all_reduce(sums["ratio_dev"], info)) / max(tok, 1.0),
         "train/grad_norm": sums["grad_norm"] / max(updates, 1),
+        "train/updates": updates,
         "train/skipped_updates": skipped,
     }
     if ro.engine_logprobs is not None:
@@ -427,14 +456,13 @@ def _seeds(cfg: Config, step: int, round_: int, global_idx: list[int], info: Dis
     return [(base + (info.rank * per + j) * 7_919) % (2**31 - 1) for j in range(per)]
 
 
-def _dynamic_sampling(cfg, engine, rewarder, sampler, train_ids, train_refs, ro, rewards, correct,
-                      local_idx, step, info):
+def _dynamic_sampling(cfg, engine, rewarder, sampler, train_ids, train_refs, ro, scored, local_idx, step, info):
     """DAPO: sample more groups until this step has `n` groups with mixed outcomes (or the cap)."""
     G, n = cfg.group_size, len(local_idx)
-    t_rollout = t_reward = 0.0
+    t_rollout = 0.0
     rounds = 0
     while True:
-        keep = gating.dynamic_sampling_keep(rewards.view(-1, G))
+        keep = gating.dynamic_sampling_keep(scored.rewards.view(-1, G))
         short = int(keep.sum()) < n
         if not bool(all_reduce(float(short), info, op="max")) or rounds >= cfg.dynamic_sampling_rounds:
             break
@@ -443,53 +471,36 @@ def _dynamic_sampling(cfg, engine, rewarder, sampler, train_ids, train_refs, ro,
         more_idx = shard(idx, info)
         more = engine.generate([train_ids[i] for i in more_idx], G, _seeds(cfg, step, rounds, idx, info))
         t_rollout += more.timings["rollout_s"]
-        res = rewarder.score(more.texts, [train_refs[i] for i in more_idx for _ in range(G)])
-        t_reward += res.seconds
+        scored = scored.extend(rewarder.score(more.texts, [train_refs[i] for i in more_idx for _ in range(G)]))
         ro.extend(more)
-        rewards = torch.cat([rewards, res.rewards])
-        correct = torch.cat([correct, res.correct])
         local_idx = local_idx + more_idx
-    keep = gating.dynamic_sampling_keep(rewards.view(-1, G))
+    keep = gating.dynamic_sampling_keep(scored.rewards.view(-1, G))
     # Keep n groups, informative first; fill with collapsed ones if the cap was hit, so every
     # rank runs the same number of forward passes.
     order = [i for i in range(len(local_idx)) if keep[i]] + [i for i in range(len(local_idx)) if not keep[i]]
     chosen = order[:n]
-    rows = torch.tensor([g * G + j for g in chosen for j in range(G)])
+    rows = [g * G + j for g in chosen for j in range(G)]
     kept = ro.select_groups(chosen, G)
     stats = {"dapo/rounds": rounds, "sampled": len(ro), "sampled_tokens": ro.num_tokens(),
              "dapo/extra_rollouts": int(all_reduce(float(rounds * n * G), info)),
              "dapo/kept_informative": int(all_reduce(float(min(int(keep.sum()), n)), info)),
-             "rollout_s": t_rollout, "reward_s": t_reward}
-    return kept, rewards[rows], correct[rows], [local_idx[i] for i in chosen], stats
+             "rollout_s": t_rollout}
+    return kept, scored.select(rows), [local_idx[i] for i in chosen], stats
 
 
-@torch.no_grad()
-def _evaluate(engine, eval_ids: list[list[int]], eval_refs: list[list[Any]], rewarder: OutcomeRewarder,
-              cfg: Config, info: DistInfo) -> dict[str, float] | None:
-    """pass@1 and pass@G on the held-out prompts (sampled at the training temperature)."""
-    if not eval_ids:
+def _eval_state(state: dict[str, Any] | None) -> EvalResult | None:
+    """An evaluation stored in a checkpoint (None if there is none, or it predates per-prompt results)."""
+    if not isinstance(state, dict) or "correct" not in state:
         return None
-    k = cfg.eval_samples or cfg.group_size
-    mine = list(range(info.rank, len(eval_ids), info.world_size))
-    # Fixed seeds per eval prompt: every evaluation draws the same noise, so curves compare.
-    seeds = [(cfg.seed * 31 + 1_000_000_007 + i * 7_919) % (2**31 - 1) for i in mine]
-    ro = engine.generate([eval_ids[i] for i in mine], k, seeds) if mine else None
-    if ro is not None:
-        correct = rewarder.score(ro.texts, [eval_refs[i] for i in mine for _ in range(k)]).correct.view(-1, k)
-        counts = correct.sum(dim=1).float()
-    else:
-        counts = torch.zeros(0)
-    counts = gather_rows(counts, info)
-    kk = min(cfg.group_size, k)
-    pass_g = [_pass_at_k(k, int(c), kk) for c in counts]
-    return {"eval/pass@1": float(counts.mean() / k), "eval/pass@G": float(np.mean(pass_g))}
+    return EvalResult.from_state(state)
 
 
-def _pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+def _eval_line(metrics: dict[str, Any]) -> str:
+    """`pass@1 34.2% +- 1.5 | greedy 60.4% +- 2.2` for the console."""
+    line = f"pass@1 {100 * metrics['eval/pass@1']:.1f}% +- {100 * metrics['eval/pass@1_se']:.1f}"
+    if metrics.get("eval/greedy") is not None:
+        line += f" | greedy {100 * metrics['eval/greedy']:.1f}% +- {100 * metrics['eval/greedy_se']:.1f}"
+    return line
 
 
 # ------------------------------------------------------------------------------------------------
@@ -530,9 +541,9 @@ def _resolve_model(cfg: Config, info: DistInfo) -> str:
     from veristep.train.demo import warmstart
 
     if info.is_main:
-        print(f"preparing the built-in warm-start model in {cfg.warmstart_dir} (cached after the first run)",
-              file=sys.stderr, flush=True)
         path = warmstart.ensure_warm_start(cfg.warmstart_dir, seed=0)
+        print(f"warm start: {path} ({warmstart.describe_checksum(warmstart.load_meta(path))})",
+              file=sys.stderr, flush=True)
     if info.enabled:
         torch.distributed.barrier()
         if not info.is_main:
@@ -554,12 +565,6 @@ def _load_model(path: str, dtype: torch.dtype, device: torch.device) -> torch.nn
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model.to(device)
-
-
-def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)
 
 
 def _tokenize_prompts(texts: list[str], tokenizer, cfg: Config) -> list[list[int]]:
@@ -615,9 +620,9 @@ def _write_config(cfg: Config, out: Path) -> None:
     (out / "config.yaml").write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict | None, int],
+def _summary(cfg: Config, out: Path, before: EvalResult | None, after_at: tuple[EvalResult | None, int],
              totals: dict, step: int, stopped: str | None, t_start: float, info: DistInfo) -> dict[str, Any]:
-    """The run's final summary: accuracy before/after, collapse rate, compute used, paths."""
+    """The run's final summary: accuracy before/after with SEs, collapse rate, compute used, paths."""
     after, after_step = after_at
     metrics_path = out / "metrics.jsonl"
     acr = []
@@ -627,14 +632,32 @@ def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict |
             if v is not None:
                 acr.append(v)
     ckpt = latest_checkpoint(out)
+    ev: dict[str, Any] = {}
+    for name, result in (("before", before), ("after", after)):
+        m = result.metrics(cfg.group_size) if result else {}
+        ev[f"accuracy_{name}"] = m.get("eval/pass@1")
+        ev[f"accuracy_{name}_se"] = m.get("eval/pass@1_se")
+        ev[f"pass@G_{name}"] = m.get("eval/pass@G")
+        ev[f"greedy_{name}"] = m.get("eval/greedy")
+        ev[f"greedy_{name}_se"] = m.get("eval/greedy_se")
+    # The last evaluation is compared with the one before training only if it came after a
+    # step (a run stopped before its first evaluation has nothing to compare).
+    diff = compare(before, after) if before and after and after_step > 0 else {}
     summary = {
         "advantage": cfg.advantage, "loss": cfg.loss, "loss_settings": cfg.loss_settings().to_dict(),
-        "seed": cfg.seed, "steps": step, "stopped": stopped,
-        "accuracy_before": before["eval/pass@1"] if before else None,
-        "accuracy_after": after["eval/pass@1"] if after else None,
-        "pass@G_before": before["eval/pass@G"] if before else None,
-        "pass@G_after": after["eval/pass@G"] if after else None,
+        "placebo": cfg.placebo or None, "seed": cfg.seed, "steps": step, "stopped": stopped,
+        "accuracy_before": ev["accuracy_before"], "accuracy_after": ev["accuracy_after"],
+        "pass@G_before": ev["pass@G_before"], "pass@G_after": ev["pass@G_after"],
         "accuracy_after_step": after_step,
+        "eval_prompts": before.prompts if before else 0,
+        "eval_samples": before.samples if before else 0,
+        "accuracy_before_se": ev["accuracy_before_se"], "accuracy_after_se": ev["accuracy_after_se"],
+        "accuracy_diff": diff["pass@1"].mean if diff else None,
+        "accuracy_diff_se": diff["pass@1"].se if diff else None,
+        "greedy_before": ev["greedy_before"], "greedy_after": ev["greedy_after"],
+        "greedy_before_se": ev["greedy_before_se"], "greedy_after_se": ev["greedy_after_se"],
+        "greedy_diff": diff["greedy"].mean if diff and diff["greedy"] else None,
+        "greedy_diff_se": diff["greedy"].se if diff and diff["greedy"] else None,
         "acr_mean": float(np.mean(acr)) if acr else None,
         "acr_first": acr[0] if acr else None, "acr_last": acr[-1] if acr else None,
         "rollouts": totals["rollouts"], "completion_tokens": totals["completion_tokens"],
@@ -649,26 +672,50 @@ def _summary(cfg: Config, out: Path, before: dict | None, after_at: tuple[dict |
 
 
 def print_summary(summary: dict[str, Any]) -> None:
-    """Print the end-of-run summary as a few lines."""
-    def pct(v):
-        return "n/a" if v is None else f"{100 * v:.1f}%"
+    """Print the end-of-run summary as a few lines: each accuracy with its SE, the paired differences."""
+    def pct(v, se=None):
+        if v is None:
+            return "n/a"
+        return f"{100 * v:.1f}%" + ("" if se is None else f" +- {100 * se:.1f}")
 
+    def points(v, se):
+        return "n/a" if v is None else f"{100 * v:+.1f} +- {100 * se:.1f} points"
+
+    s = summary
     print("\n== veristep gated GRPO: summary ==")
-    print(f"advantage {summary['advantage']} | loss {summary['loss']} | {summary['steps']} steps | "
-          f"{summary['rollouts']} rollouts | "
-          f"{summary['wall_s']:.0f} s" + (" | stopped by signal" if summary["stopped"] else ""))
-    print(f"held-out accuracy (pass@1): {pct(summary['accuracy_before'])} -> {pct(summary['accuracy_after'])}"
-          f" | pass@G: {pct(summary['pass@G_before'])} -> {pct(summary['pass@G_after'])}")
-    print(f"advantage collapse rate (ACR): mean {pct(summary['acr_mean'])}, first step "
-          f"{pct(summary['acr_first'])}, last step {pct(summary['acr_last'])}; PRM scored "
-          f"{summary['prm_completions']} completions")
-    print(f"results: {summary['output_dir']} (metrics.jsonl, summary.json); model: {summary['final_model']}")
+    print(f"advantage {s['advantage']} | loss {s['loss']}" + (f" | placebo {s['placebo']}" if s.get("placebo") else "")
+          + f" | {s['steps']} steps | {s['rollouts']} rollouts | {s['wall_s']:.0f} s"
+          + (" | stopped by signal" if s["stopped"] else ""))
+    if s["eval_prompts"]:
+        print(f"held-out: {s['eval_prompts']} prompts x {s['eval_samples']} samples at T=1, plus greedy; "
+              "the same seeds before and after; +- is one standard error")
+        print(f"  pass@1 (T=1): {pct(s['accuracy_before'], s['accuracy_before_se'])} -> "
+              f"{pct(s['accuracy_after'], s['accuracy_after_se'])} | paired difference "
+              f"{points(s['accuracy_diff'], s['accuracy_diff_se'])}")
+        if s["greedy_before"] is not None:
+            print(f"  greedy:       {pct(s['greedy_before'], s['greedy_before_se'])} -> "
+                  f"{pct(s['greedy_after'], s['greedy_after_se'])} | paired difference "
+                  f"{points(s['greedy_diff'], s['greedy_diff_se'])}")
+        print(f"  pass@G: {pct(s['pass@G_before'])} -> {pct(s['pass@G_after'])}")
+    print(f"advantage collapse rate (ACR): mean {pct(s['acr_mean'])}, first step "
+          f"{pct(s['acr_first'])}, last step {pct(s['acr_last'])}; PRM scored "
+          f"{s['prm_completions']} completions")
+    print(f"results: {s['output_dir']} (metrics.jsonl, summary.json); model: {s['final_model']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
+    from veristep.verifiers.cli.jsonl_io import InputError, UsageError
+
     cfg = parse_args(argv)
-    summary = train(cfg)
+    try:
+        summary = train(cfg)
+    except UsageError as err:  # the exit codes of `veristep train`: 2 usage, 1 data
+        print(f"gated_grpo.py: error: {err}", file=sys.stderr)
+        return 2
+    except InputError as err:
+        print(f"gated_grpo.py: error: {err}", file=sys.stderr)
+        return 1
     if int(os.environ.get("RANK", "0")) == 0:
         print_summary(summary)
     return 0

@@ -7,6 +7,7 @@ at the same column and the logits of the last T+1 positions are all the loss nee
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -55,11 +56,32 @@ def collate(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id
                        comp.to(device), comp_mask.to(device))
 
 
-def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
-    """Logits `[B, T, V]` that predict each completion token."""
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The compute dtype a config names ("auto": bf16 on GPU, fp32 on CPU)."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def autocast(dtype: torch.dtype, device: torch.device) -> contextlib.AbstractContextManager:
+    """Run forward passes in `dtype` while the parameters stay float32 (mixed precision).
+
+    The trainer keeps float32 master weights: in bf16 an AdamW update of 3e-5 is below the
+    spacing of most weights and is rounded away (measured: 84 % of the tiny model's weights did
+    not move in 10 steps), so the optimizer must step on float32 copies.
+    """
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def completion_logits(model: torch.nn.Module, batch: PolicyBatch,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Logits `[B, T, V]` that predict each completion token (forward in the compute `dtype`)."""
     t = batch.completion_ids.shape[1]
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, logits_to_keep=t + 1, use_cache=False)
+    with autocast(dtype, batch.input_ids.device):
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    position_ids=batch.position_ids, logits_to_keep=t + 1, use_cache=False)
     return out.logits[:, :-1, :]
 
 
@@ -80,14 +102,14 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
 
 
 def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0,
-                   micro_batch_size: int = 0, with_entropy: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   micro_batch_size: int = 0, with_entropy: bool = False,
+                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs `[B, T]` of the completions (and entropy), in micro-batches."""
     size = micro_batch_size or len(batch)
     lps, ents = [], []
     for start in range(0, len(batch), size):
         sub = batch.rows(slice(start, start + size))
-        lp, ent = logprobs_from_logits(completion_logits(model, sub), sub.completion_ids,
+        lp, ent = logprobs_from_logits(completion_logits(model, sub, dtype), sub.completion_ids,
                                        temperature, with_entropy)
         lps.append(lp * sub.completion_mask)
         if ent is not None:

@@ -49,6 +49,7 @@ class LossTerms:
     clipped_low: float  # count of tokens clipped below with A < 0
     clipped_high: float  # count of tokens clipped above with A > 0
     tokens: float  # count of real tokens
+    ratio_dev: float = 0.0  # sum over real tokens of |pi_theta / pi_old - 1| (0 on a batch's first update)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -76,6 +77,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     with torch.no_grad():
         low = ((ratio < 1.0 - eps_low) & (advantages < 0)).float() * mask
         high = ((ratio > 1.0 + eps_high) & (advantages > 0)).float() * mask
+        ratio_dev = float(((ratio - 1.0).abs() * mask).sum())
     return LossTerms(loss=loss, policy=float(policy.detach()), kl=kl_value,
                      clipped_low=float(low.sum()), clipped_high=float(high.sum()),
-                     tokens=float(mask.sum()))
+                     tokens=float(mask.sum()), ratio_dev=ratio_dev)

@@ -21,8 +21,21 @@ class OutcomeRewards:
 
     rewards: torch.Tensor  # [B] float, weighted sum over verifiers
     correct: torch.Tensor  # [B] bool, every verifier judged it correct
+    judged: torch.Tensor  # [B] bool, every verifier reached a verdict (`VerifyResult.judged`)
     statuses: list[str]  # the first verifier's status per completion
     seconds: float = 0.0
+
+    def extend(self, other: OutcomeRewards) -> OutcomeRewards:
+        """Both batches, this one first (dynamic sampling adds rounds)."""
+        return OutcomeRewards(torch.cat([self.rewards, other.rewards]), torch.cat([self.correct, other.correct]),
+                              torch.cat([self.judged, other.judged]), self.statuses + other.statuses,
+                              self.seconds + other.seconds)
+
+    def select(self, rows: list[int]) -> OutcomeRewards:
+        """The completions `rows`, in that order."""
+        ix = torch.tensor(rows, dtype=torch.long)
+        return OutcomeRewards(self.rewards[ix], self.correct[ix], self.judged[ix],
+                              [self.statuses[r] for r in rows], self.seconds)
 
 
 class OutcomeRewarder:
@@ -55,14 +68,17 @@ class OutcomeRewarder:
         t0 = time.perf_counter()
         total = torch.zeros(len(completions), dtype=torch.float32)
         correct = torch.ones(len(completions), dtype=torch.bool)
+        judged = torch.ones(len(completions), dtype=torch.bool)
         statuses: list[str] = []
         for k, (verifier, weight) in enumerate(zip(self.verifiers, self.weights, strict=False)):
             results = verifier.verify_batch(list(completions), [r[k] for r in references])
             total += weight * torch.tensor([float(r.reward) for r in results], dtype=torch.float32)
             correct &= torch.tensor([bool(r.correct) for r in results], dtype=torch.bool)
+            # A verifier class of the user's may predate `judged`: a result without it is a verdict.
+            judged &= torch.tensor([getattr(r, "judged", True) is not False for r in results], dtype=torch.bool)
             if k == 0:
                 statuses = [str(getattr(r.status, "value", r.status)) for r in results]
-        return OutcomeRewards(total, correct, statuses, time.perf_counter() - t0)
+        return OutcomeRewards(total, correct, judged, statuses, time.perf_counter() - t0)
 
 
 def _build_verifier(kind: str, cfg: dict[str, Any]) -> Any:
@@ -87,6 +103,11 @@ def _build_verifier(kind: str, cfg: dict[str, Any]) -> Any:
     return cls(**cfg)
 
 
+#: The score a step gets when the PRM returns a non-finite one (unless the scorer names its own
+#: `neutral`): halfway between wrong (0) and right (1).
+NEUTRAL_SCORE = 0.5
+
+
 @dataclass
 class StepTensors:
     """PRM output as padded tensors over a `[N, G]` batch; rows not scored are empty."""
@@ -96,6 +117,12 @@ class StepTensors:
     token_step: torch.Tensor  # [N, G, T] long, step index of each completion token, -1 = none
     scored_groups: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    nan_steps: int = 0  # steps whose score was not finite and got the neutral score instead
+
+    def select(self, group: int, cols: torch.Tensor) -> StepTensors:
+        """The completions `cols` of one group, as a batch of one group."""
+        return StepTensors(self.step_scores[group, cols][None], self.step_mask[group, cols][None],
+                           self.token_step[group, cols][None], [0] if group in self.scored_groups else [])
 
     def steps_per_response(self) -> float:
         """Mean number of steps of the scored responses (0 if none)."""
@@ -105,19 +132,36 @@ class StepTensors:
         return float(counts.mean())
 
 
-def token_char_offsets(tokenizer: Any, ids: Sequence[int]) -> list[tuple[int, int]]:
-    """Character span of each token in `decode(ids, skip_special_tokens=True)`.
+def token_char_offsets(tokenizer: Any, ids: Sequence[int], context: int = 4) -> list[tuple[int, int]]:
+    """Character span of each token in `decode(ids, skip_special_tokens=True)`, in linear time.
 
-    Decoding every prefix (one batched call) is exact for byte-level BPE, where a character can
-    span several tokens and re-tokenising the text would not give back the sampled ids.
+    Token k's end is the length of the decoded prefix `ids[:k + 1]` (never less than the end
+    before it; an incomplete UTF-8 sequence can shorten a prefix's text). Decoding every prefix
+    costs O(L^2); instead the length a token adds is read off a window of the `context`
+    non-special tokens before it: decode(window + token) minus decode(window). Byte-level BPE
+    resynchronises within one character and SentencePiece's leading-space rule only touches a
+    window's first token, so the window gives the same lengths as the whole prefix (tested
+    against the prefix definition on BPE, Unigram and character tokenizers). All windows are
+    decoded in one batched call.
     """
+    ids = [int(t) for t in ids]
     if not ids:
         return []
-    prefixes = tokenizer.batch_decode([list(ids[: k + 1]) for k in range(len(ids))],
-                                      skip_special_tokens=True)
-    offsets, prev = [], 0
-    for text in prefixes:
-        end = max(prev, len(text))  # an incomplete UTF-8 sequence can shorten a prefix's text
+    special = set(getattr(tokenizer, "all_special_ids", None) or ())
+    windows: list[list[int]] = []
+    recent: list[int] = []  # positions of the last `context` non-special tokens before k
+    for k, tok in enumerate(ids):
+        start = recent[0] if len(recent) == context else 0
+        windows += [ids[start:k], ids[start:k + 1]]
+        if tok not in special:
+            recent.append(k)
+            if len(recent) > context:
+                recent.pop(0)
+    texts = tokenizer.batch_decode(windows, skip_special_tokens=True)
+    offsets, prev, length = [], 0, 0
+    for k in range(len(ids)):
+        length += len(texts[2 * k + 1]) - len(texts[2 * k])
+        end = max(prev, length)
         offsets.append((prev, end))
         prev = end
     return offsets
@@ -157,10 +201,12 @@ def prm_step_tensors(scorer: Any, tokenizer: Any, problem_texts: Sequence[str],
         offsets = token_char_offsets(tokenizer, completion_ids[row])
         if offsets:
             token_starts[g, j, : len(offsets)] = torch.tensor([float(a) for a, _ in offsets])
-    # Scores must be finite: a NaN from a model PRM would poison the whole group's statistics.
-    bad = ~torch.isfinite(step_scores)
-    if bad.any():
-        step_scores[bad] = 0.0
-        step_mask[bad] = False
+    # A NaN from a model PRM would poison the whole group's statistics, and masking the step
+    # would leave a hole in the step sequence: the step stays, with the neutral score.
+    bad = ~torch.isfinite(step_scores) & step_mask
+    nan_steps = int(bad.sum())
+    if nan_steps:
+        step_scores[bad] = float(getattr(scorer, "neutral", NEUTRAL_SCORE))
     token_step = token_step_from_offsets(token_starts, token_mask, step_starts, step_mask)
-    return StepTensors(step_scores, step_mask, token_step, list(groups), time.perf_counter() - t0)
+    return StepTensors(step_scores, step_mask, token_step, list(groups), time.perf_counter() - t0,
+                       nan_steps)

@@ -7,13 +7,16 @@ that hit `max_new_tokens` without EOS is marked truncated.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+
+from .logprobs import autocast, resolve_dtype
 
 
 @dataclass
@@ -64,8 +67,12 @@ class RolloutEngine(Protocol):
     """What the trainer needs from a generation engine."""
 
     def generate(self, prompt_ids: list[list[int]], group_size: int,
-                 seeds: list[int] | None = None) -> Rollouts:
-        """Sample `group_size` completions for each prompt (seeded per prompt if `seeds`)."""
+                 seeds: list[int] | None = None, greedy: bool = False) -> Rollouts:
+        """Sample `group_size` completions for each prompt (greedy: the argmax path).
+
+        The same prompts with the same `seeds` give the same samples from the same weights,
+        and after a weight change they draw the same random numbers (common random numbers).
+        """
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:
@@ -117,7 +124,7 @@ class HFRolloutEngine:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
                  device: torch.device, synced: bool = False, batch_size: int = 0,
-                 per_prompt_seeds: bool = False) -> None:
+                 per_prompt_seeds: bool = False, dtype: torch.dtype = torch.float32) -> None:
         self.model = model  # the unwrapped module (DDP/FSDP wrappers are the trainer's business)
         self.tokenizer = tokenizer
         self.sampling = sampling
@@ -128,34 +135,43 @@ class HFRolloutEngine:
         # One generate call per prompt under its own seed: samples then do not depend on the
         # batch composition or the world size (slower; for reproducibility checks).
         self.per_prompt_seeds = per_prompt_seeds
+        self.dtype = dtype  # compute dtype of the forward passes (the weights may be float32)
         self.eos = eos_token_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], group_size: int,
-                 seeds: list[int] | None = None) -> Rollouts:
-        """Sample with `model.generate`, left-padding the prompts."""
+                 seeds: list[int] | None = None, greedy: bool = False) -> Rollouts:
+        """Sample with `model.generate`, left-padding the prompts.
+
+        With `seeds`, the batch's random stream is seeded from them (or, with per_prompt_seeds,
+        each prompt's from its own seed), so a batch sampled twice with the same seeds draws the
+        same noise. The global RNG is left as it was.
+        """
         t0 = time.perf_counter()
         out = Rollouts([], [], [], [])
         was_training = self.model.training
         self.model.eval()
+        devices = [self.device] if self.device.type == "cuda" else []
         try:
             if self.per_prompt_seeds and seeds is not None:
-                devices = [self.device] if self.device.type == "cuda" else []
-                for p, seed in zip(prompt_ids, seeds, strict=False):
+                for p, seed in zip(prompt_ids, seeds, strict=True):
                     with torch.random.fork_rng(devices=devices):
                         torch.manual_seed(seed)
-                        out.extend(self._generate_chunk([p], group_size))
+                        out.extend(self._generate_chunk([p], group_size, greedy))
             else:
-                for chunk in iter_chunks(prompt_ids, self.batch_size):
-                    out.extend(self._generate_chunk(chunk, group_size))
+                with torch.random.fork_rng(devices=devices, enabled=seeds is not None):
+                    if seeds is not None:
+                        torch.manual_seed(batch_seed(seeds))
+                    for chunk in iter_chunks(prompt_ids, self.batch_size):
+                        out.extend(self._generate_chunk(chunk, group_size, greedy))
         finally:
             self.model.train(was_training)
         out.engine_logprobs = None
         out.timings["rollout_s"] = time.perf_counter() - t0
         return out
 
-    def _generate_chunk(self, prompt_ids: list[list[int]], group_size: int) -> Rollouts:
+    def _generate_chunk(self, prompt_ids: list[list[int]], group_size: int, greedy: bool) -> Rollouts:
         width = max(len(p) for p in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompt_ids), width), dtype=torch.long)
@@ -163,20 +179,21 @@ class HFRolloutEngine:
             input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             attention[i, width - len(p):] = 1
         s = self.sampling
-        seqs = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention.to(self.device),
-            do_sample=True,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=0,  # generate's default top_k=50 would silently change the sampling distribution
-            max_new_tokens=s.max_new_tokens,
-            num_return_sequences=group_size,
-            pad_token_id=self.pad_id,
-            eos_token_id=sorted(self.eos),
-            synced_gpus=self.synced,
-            use_cache=True,  # a KV cache, whatever the training config says (O(T) not O(T^2))
-        )
+        with autocast(self.dtype, self.device):
+            seqs = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                **({"do_sample": False} if greedy else {
+                    "do_sample": True, "temperature": s.temperature, "top_p": s.top_p,
+                    "top_k": 0,  # generate's default top_k=50 would silently change the distribution
+                }),
+                max_new_tokens=s.max_new_tokens,
+                num_return_sequences=group_size,
+                pad_token_id=self.pad_id,
+                eos_token_id=sorted(self.eos),
+                synced_gpus=self.synced,
+                use_cache=True,  # a KV cache, whatever the training config says (O(T) not O(T^2))
+            )
         new = seqs[:, width:].tolist()
         comps, truncs = zip(*(_cut_at_eos(row, self.eos) for row in new), strict=False) if new else ((), ())
         comps, truncs = list(comps), list(truncs)
@@ -233,8 +250,8 @@ class VLLMRolloutEngine:
         self._calls = 0
 
     def generate(self, prompt_ids: list[list[int]], group_size: int,
-                 seeds: list[int] | None = None) -> Rollouts:
-        """Sample with vLLM, asking for the sampled tokens' log-probs."""
+                 seeds: list[int] | None = None, greedy: bool = False) -> Rollouts:
+        """Sample with vLLM (a seed per request), asking for the sampled tokens' log-probs."""
         from vllm import SamplingParams
 
         t0 = time.perf_counter()
@@ -246,8 +263,8 @@ class VLLMRolloutEngine:
         params = [
             SamplingParams(
                 n=group_size,
-                temperature=s.temperature,
-                top_p=s.top_p,
+                temperature=0.0 if greedy else s.temperature,
+                top_p=1.0 if greedy else s.top_p,
                 max_tokens=s.max_new_tokens,
                 logprobs=0,
                 seed=seed,  # per request: samples do not depend on batch composition
@@ -308,19 +325,25 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, model_path: s
                  device: torch.device, distributed: bool) -> RolloutEngine:
     """Build the rollout engine that `cfg.rollout` names."""
     sampling = SamplingConfig(cfg.max_completion_len, cfg.temperature, cfg.top_p)
+    dtype = resolve_dtype(cfg.dtype, device)  # the compute dtype; the trainer's weights stay float32
     if cfg.rollout == "hf":
         return HFRolloutEngine(model, tokenizer, sampling, device, synced=distributed and cfg.fsdp,
                                batch_size=cfg.rollout_batch_prompts,
-                               per_prompt_seeds=cfg.reproducible_rollouts)
+                               per_prompt_seeds=cfg.reproducible_rollouts, dtype=dtype)
     if cfg.rollout == "vllm":
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         return VLLMRolloutEngine(
-            model_path, tokenizer, sampling, dtype=dtype, seed=cfg.seed,
+            model_path, tokenizer, sampling, dtype=str(dtype).replace("torch.", ""), seed=cfg.seed,
             max_model_len=cfg.vllm_max_model_len or (cfg.max_prompt_len + cfg.max_completion_len),
             gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, sleep_mode=cfg.vllm_sleep_mode,
             tokenizer_path=cfg.tokenizer,
         )
     raise ValueError(f"rollout={cfg.rollout!r}: choose hf or vllm")
+
+
+def batch_seed(seeds: Sequence[int]) -> int:
+    """One seed for a batch's random stream, fixed by its prompts' seeds (in order)."""
+    digest = hashlib.sha256(",".join(str(int(x)) for x in seeds).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def iter_chunks(items: list[Any], size: int) -> Iterable[list[Any]]:

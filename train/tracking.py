@@ -9,18 +9,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: The fixed metric names every step line carries (documented in the README, `## Trainer`).
+#: The fixed metric names every step line carries (documented in docs/trainer.md, `## Metrics`).
 STEP_METRICS: tuple[str, ...] = (
     "gate/acr", "gate/all_wrong_rate", "gate/all_correct_rate", "gate/gated_groups",
-    "adv/nonzero_frac", "reward/mean", "reward/std", "loss/policy", "loss/kl",
+    "adv/nonzero_frac", "reward/mean", "reward/std", "reward/unjudged_frac", "loss/policy", "loss/kl",
     "loss/clip_frac_low", "loss/clip_frac_high", "policy/entropy", "completion/len_mean",
     "completion/truncated_frac", "difficulty/easy", "difficulty/frontier", "difficulty/hard", "eval/pass@1",
-    "eval/pass@G", "time/rollout_s", "time/reward_s", "time/prm_s", "time/train_s",
+    "eval/pass@1_se", "eval/pass@G", "eval/greedy", "eval/greedy_se", "time/rollout_s", "time/reward_s", "time/prm_s", "time/train_s",
     "throughput/tokens_per_s",
 )
 
 _CONSOLE_KEYS = ("reward/mean", "gate/acr", "gate/gated_groups", "adv/nonzero_frac", "loss/policy",
-                 "eval/pass@1", "throughput/tokens_per_s")
+                 "eval/pass@1", "eval/greedy", "throughput/tokens_per_s")
 
 
 def _clean(value: Any) -> Any:

@@ -270,6 +270,9 @@ _DATA_SOURCE_PREFIXES: tuple[tuple[str, str], ...] = (
     ("gsm8k", "math"),
     ("code", "code"),
     ("livecodebench", "code"),
+    ("mbpp", "code"),
+    ("humaneval", "code"),
+    ("openai_humaneval", "code"),
     ("tool", "tools"),
     ("bfcl", "tools"),
 )

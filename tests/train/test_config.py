@@ -9,7 +9,10 @@ from veristep.train.config import Config, ConfigError, make_config, parse_args
 def test_defaults_are_the_builtin_cpu_job():
     cfg = Config().validate()
     assert (cfg.model, cfg.dataset, cfg.verifier, cfg.prm, cfg.advantage) == (
-        "builtin:warmstart", "builtin:arith", "math", "rule", "verigate")
+        "builtin:warmstart", "builtin:arith:level=medium", "math", "rule", "verigate")
+    # the recipe of docs/trainer.md ("The default run"), and an evaluation that can tell
+    assert (cfg.group_size, cfg.prompts_per_step, cfg.lr, cfg.steps) == (4, 16, 3e-5, 150)
+    assert (cfg.eval_size, cfg.eval_samples, cfg.eval_greedy, cfg.placebo) == (500, 4, True, "")
 
 
 @pytest.mark.parametrize(("field", "value"), [

@@ -62,3 +62,16 @@ def test_json_array_records_and_unusable_prompts(tmp_path, capsys):
     assert [(p.index, p.text) for p in problems] == [(0, "a"), (1, "c")]
     with pytest.raises(ValueError, match="no record of .* can be used: record 1 has no field"):
         build_problems([{"q": "b"}], cfg, None, str(data))
+
+
+def test_script_reports_a_missing_data_file_before_building_the_warm_start(tmp_path, capsys):
+    from veristep.train.gated_grpo import main as script_main
+
+    missing = tmp_path / "nope.jsonl"
+    warm = tmp_path / "warm"
+    # the default model is the built-in warm start: the error must come before minutes of building it
+    assert script_main(["--dataset", str(missing), "--warmstart-dir", str(warm),
+                        "--output-dir", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"gated_grpo.py: error: dataset={missing}: no such data file"
+    assert not warm.exists()

@@ -48,11 +48,16 @@ def _final_weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(str(Path(summary["final_model"]) / "model.safetensors"))
 
 
-@pytest.mark.parametrize("fsdp", [False, pytest.param(True, marks=pytest.mark.slow)],
-                         ids=["ddp", "fsdp2"])
-def test_two_gloo_processes_match_one(small_config, tmp_path, fsdp):
+@pytest.mark.parametrize(("fsdp", "updates"), [
+    (False, 1), (False, 2),
+    pytest.param(True, 1, marks=pytest.mark.slow), pytest.param(True, 2, marks=pytest.mark.slow),
+], ids=["ddp", "ddp-2x2-updates", "fsdp2", "fsdp2-2x2-updates"])
+def test_two_gloo_processes_match_one(small_config, tmp_path, fsdp, updates):
+    """`updates` 2: two PPO epochs x two mini-batches of one group per rank, micro-batches of
+    one sequence, so later updates see ratio != 1 and every rank runs the same forward passes."""
     cfg = dict(small_config, prompts_per_step=4, steps=2, reproducible_rollouts=True, fsdp=fsdp,
-               advantage="grpo", eval_size=4, eval_interval=2, checkpoint_interval=0)
+               advantage="grpo", eval_size=4, eval_interval=2, checkpoint_interval=0,
+               ppo_epochs=updates, mini_batches=updates, micro_batch_size=1 if updates > 1 else 0)
     one = _run(cfg, tmp_path, 1)
     two = _run(cfg, tmp_path, 2)
     rows1, rows2 = read_metrics(one / "metrics.jsonl"), read_metrics(two / "metrics.jsonl")
@@ -61,6 +66,9 @@ def test_two_gloo_processes_match_one(small_config, tmp_path, fsdp):
         assert r1["gate/acr"] == r2["gate/acr"]
         assert r1["loss/policy"] == pytest.approx(r2["loss/policy"], abs=1e-5)
         assert r1["eval/pass@1"] == r2["eval/pass@1"]
+        assert r1["train/updates"] == r2["train/updates"] == updates * updates
+        assert r1["loss/ratio_dev"] == pytest.approx(r2["loss/ratio_dev"], abs=1e-5)
+        assert (r1["loss/ratio_dev"] > 0) == (updates > 1)
     w1, w2 = _final_weights(one), _final_weights(two)
     assert any(float((w1[k] - load_file(str(next(Path(small_config["model"]).glob("*.safetensors"))))[k]).abs().max()) > 0
                for k in w1)

@@ -162,3 +162,16 @@ def test_mask_truncated_leaves_cut_completions_out(small_config, tiny_model_dir)
         # sign advantages are never 0, so every non-zero token is an uncut completion's
         assert r["adv/nonzero_frac"] == pytest.approx(1.0 - r["completion/truncated_frac"], abs=0.3)
         assert r["adv/nonzero_frac"] < 1.0
+
+
+def test_bf16_compute_keeps_float32_master_weights_that_move(small_config, tiny_model_dir):
+    """In bf16 an AdamW step of 3e-5 rounds away on most weights; the trainer steps on float32."""
+    from safetensors.torch import load_file
+
+    summary = train(make_config(**dict(small_config, dtype="bfloat16", steps=1, lr=3e-5,
+                                       advantage="grpo", prompts_per_step=4)))
+    before = load_file(str(tiny_model_dir / "model.safetensors"))
+    after = load_file(str(Path(summary["final_model"]) / "model.safetensors"))
+    assert all(t.dtype == torch.float32 for t in after.values())
+    moved = sum(int((after[k] != before[k]).sum()) for k in before)
+    assert moved / sum(t.numel() for t in before.values()) > 0.5

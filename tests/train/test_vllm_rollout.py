@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not _HAVE_VLLM,
 
 
 def test_vllm_backend_trains_and_tracks_the_policy(small_config, tmp_path):
-    cfg = dict(small_config, rollout="vllm", steps=2, advantage="grpo")
+    cfg = dict(small_config, rollout="vllm", steps=2, advantage="grpo", eval_size=4)
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cfg))
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
@@ -44,3 +44,33 @@ def test_vllm_backend_trains_and_tracks_the_policy(small_config, tmp_path):
         assert r["rollout/logprob_mismatch"] is not None and r["rollout/logprob_mismatch"] < 1e-3, r
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rollouts"] == 2 * 2 * 4
+    # the evaluation ran on vLLM too: T=1 samples and greedy, before and after, paired
+    assert summary["eval_prompts"] == 4 and summary["greedy_before"] is not None
+    assert summary["accuracy_diff_se"] is not None
+
+
+_CRN_CHILD = """
+import json, sys, torch
+from transformers import AutoTokenizer
+from veristep.train.rollout import SamplingConfig, VLLMRolloutEngine
+path = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(path)
+engine = VLLMRolloutEngine(path, tok, SamplingConfig(max_new_tokens=8), dtype="float32", seed=0,
+                           max_model_len=64)
+prompts = [tok(f"Problem {i}:", add_special_tokens=False).input_ids for i in range(3)]
+a = engine.generate(prompts, 3, [11, 12, 13]).completion_ids
+b = engine.generate(prompts, 3, [11, 12, 13]).completion_ids
+c = engine.generate(prompts, 3, [21, 22, 23]).completion_ids
+g1 = engine.generate(prompts, 1, [11, 12, 13], greedy=True).completion_ids
+g2 = engine.generate(prompts, 1, [21, 22, 23], greedy=True).completion_ids
+print(json.dumps({"same": a == b, "other": a != c, "greedy": g1 == g2}))
+"""
+
+
+def test_vllm_honours_per_prompt_seeds_and_greedy(tiny_model_dir):
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.run([sys.executable, "-c", _CRN_CHILD, str(tiny_model_dir)], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"same": True, "other": True, "greedy": True}

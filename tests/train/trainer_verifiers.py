@@ -42,3 +42,26 @@ class NeverCorrectVerifier(FirstCharVerifier):
     def verify(self, completion: str, reference: Any) -> VerifyResult:
         """Judge one completion (always wrong)."""
         return VerifyResult(0.0, False, Status.WRONG)
+
+
+class TimeOutOnMarkVerifier(FirstCharVerifier):
+    """First-character rule, except that the checker times out (no verdict) on TIMEOUT_MARK."""
+
+    kind = "timeout_on_mark"
+    mark = "7"  # a completion starting with it makes the checker time out
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Judge one completion, or fail to."""
+        if completion.startswith(self.mark):
+            return VerifyResult(0.0, False, Status.TIMEOUT, detail="checker timed out")
+        return super().verify(completion, reference)
+
+
+class NeverJudgedVerifier(FirstCharVerifier):
+    """A checker that times out on everything: no completion ever gets a verdict."""
+
+    kind = "never_judged"
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Fail to judge one completion."""
+        return VerifyResult(0.0, False, Status.TIMEOUT, detail="checker timed out")

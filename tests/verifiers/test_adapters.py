@@ -97,6 +97,8 @@ def test_verl_data_source_dispatch():
     assert kind_for_data_source("aime2024") == "math"
     assert kind_for_data_source("codeforces") == "code"
     assert kind_for_data_source("livecodebench/code_generation") == "code"
+    assert kind_for_data_source("google-research-datasets/mbpp") == "code"
+    assert kind_for_data_source("openai/openai_humaneval") == "code"
     assert kind_for_data_source("bfcl_v3") == "tools"
     assert kind_for_data_source("anything", {"veristep_kind": "format"}) == "format"
     with pytest.raises(UnknownDataSource) as info:

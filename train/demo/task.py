@@ -13,6 +13,7 @@ Sequences stay short (well under 120 characters) because the policy is a charact
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from dataclasses import asdict, dataclass, fields
@@ -183,18 +184,46 @@ def make_problem(rng: random.Random, difficulty: Difficulty | None) -> dict[str,
     }
 
 
-def make_problems(n: int, seed: int, **difficulty: Any) -> list[dict[str, Any]]:
+#: The two parts of the problem space: warm-start demonstrations are drawn from "demo", the RL
+#: training and held-out prompts of `builtin:arith` from "rl", so no prompt the warm start was
+#: taught appears in training or evaluation, whatever the seeds and sizes.
+PARTS = ("demo", "rl")
+#: Share of prompts in the "demo" part (by a stable hash of the prompt text).
+DEMO_SHARE = 0.25
+
+
+def problem_part(prompt: str) -> str:
+    """The part ("demo" or "rl") a prompt belongs to: a fixed function of its text."""
+    digest = hashlib.sha256(f"veristep-arith-part:{prompt}".encode()).digest()
+    return "demo" if int.from_bytes(digest[:4], "big") < DEMO_SHARE * 2**32 else "rl"
+
+
+def make_problems(n: int, seed: int, part: str | None = None, **difficulty: Any) -> list[dict[str, Any]]:
     """Generate `n` problems deterministically from `seed` (keys prompt, answer, solution, num_steps, level).
 
     Difficulty keywords: ``level`` ("easy", "medium", "hard", or "mixed": the default, an
     even mix of the three), ``steps`` (an int or a (min, max) pair), or any `Difficulty`
-    field (min_steps, max_steps, max_operand, max_factor, ops).
+    field (min_steps, max_steps, max_operand, max_factor, ops). `part` ("demo" / "rl") keeps
+    only prompts of that part of the problem space (None: all).
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
+    if part is not None and part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS} or None, got {part!r}")
     d = difficulty_from_kwargs(**difficulty)
     rng = random.Random(f"veristep-arith:{seed}")
-    return [make_problem(rng, d) for _ in range(n)]
+    if part is None:
+        return [make_problem(rng, d) for _ in range(n)]
+    out: list[dict[str, Any]] = []
+    for _ in range(40 * n + 100):  # bounded: a part can be tiny for a tiny difficulty
+        if len(out) == n:
+            return out
+        problem = make_problem(rng, d)
+        if problem_part(problem["prompt"]) == part:
+            out.append(problem)
+    if len(out) < n:
+        raise ValueError(f"difficulty {d} has too few problems in part {part!r} for {n} draws")
+    return out
 
 
 def make_splits(

@@ -5,7 +5,14 @@ tokenizer and a tiny Llama-architecture model (veristep.train.demo.tiny), trains
 supervised learning on demonstrations that contain injected mistakes (veristep.train.demo.task),
 and saves it, so that its success rate is high on easy prompts and low but not zero on hard
 ones: the regime where GRPO groups collapse. The recipe is shipped, not the weights; the
-result is cached under a hash of the recipe.
+result is cached under a hash of the recipe, with a checksum of its weights.
+
+The build is bit-reproducible across machines of one kind: it runs in a child process whose
+thread count and CPU code paths are pinned before torch starts (a fixed number of threads, no
+dynamic thread adjustment, torch's AVX2 kernels and MKL's AVX2 code branch), its data order and
+initialisation are seeded, and it uses deterministic algorithms. The demonstrations come only from
+the "demo" part of the problem space (`task.problem_part`), so no training or held-out prompt of
+`builtin:arith` is one the model was taught.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
@@ -27,8 +36,14 @@ from typing import Any
 from .task import LEVELS, check_completion, make_noisy_demonstrations, make_problems
 
 #: Bump when the training code changes what a recipe produces, so old caches are rebuilt.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 META_FILE = "warmstart.json"
+WEIGHTS_FILE = "model.safetensors"
+#: Weight checksums of reference builds (recipe hash -> sha256), to tell whether this machine
+#: reproduced them; a different checksum is reported, not an error.
+REFERENCE_SHA256: dict[str, str] = {
+    "86e97d6bc5f283e3": "86879150ef37a214c7e3a796b32444ea4933030ec2ee29f992293cb1a58d59d3",
+}
 
 
 @dataclass(frozen=True)
@@ -42,16 +57,20 @@ class WarmStartRecipe:
     num_kv_heads: int = 1
     intermediate_size: int = 384
     # data: demonstrations drawn evenly from these difficulty levels of veristep.train.demo.task
-    levels: tuple[str, ...] = ("easy", "medium", "hard")
+    levels: tuple[str, ...] = ("easy", "medium")
     demos_per_level: int = 4000
     step_error_rate: float = 0.05
     answer_error_rate: float = 0.03
     # optimisation
-    train_steps: int = 600
+    train_steps: int = 400
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
     weight_decay: float = 0.01
+    # numerics: the build's threads and CPU code paths are pinned so its weights are the same on
+    # every machine; "native" lets torch and MKL use the widest instructions (faster, machine-bound)
+    threads: int = 2
+    isa: str = "avx2"
     # evaluation written to warmstart.json (not part of training)
     eval_per_level: int = 64
     max_new_tokens: int = 110
@@ -60,7 +79,9 @@ class WarmStartRecipe:
         unknown = [lv for lv in self.levels if lv not in LEVELS]
         if unknown or not self.levels:
             raise ValueError(f"levels must be a non-empty subset of {list(LEVELS)}, got {self.levels}")
-        for name in ("demos_per_level", "train_steps", "batch_size", "max_new_tokens"):
+        if self.isa not in ("avx2", "native"):
+            raise ValueError(f"isa must be avx2 or native, got {self.isa!r}")
+        for name in ("demos_per_level", "train_steps", "batch_size", "max_new_tokens", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden_size // self.num_heads < 64:
@@ -90,7 +111,12 @@ def recipe_hash(recipe: WarmStartRecipe, seed: int) -> str:
 
 
 def ensure_warm_start(out_dir: str | Path, seed: int = 0, **recipe: Any) -> Path:
-    """Return `out_dir` holding the warm-started model and tokenizer, training it if not cached."""
+    """Return `out_dir` holding the warm-started model and tokenizer, training it if not cached.
+
+    A cache counts only if its recipe hash matches and its weights still match the checksum
+    recorded when they were built; otherwise the model is rebuilt (in a pinned child process,
+    with a progress bar on stderr).
+    """
     out_dir = Path(out_dir)
     spec = recipe_from_kwargs(**recipe)
     key = recipe_hash(spec, seed)
@@ -102,29 +128,104 @@ def ensure_warm_start(out_dir: str | Path, seed: int = 0, **recipe: Any) -> Path
             return out_dir
         if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / META_FILE).exists():
             raise ValueError(f"{out_dir} exists and is not a warm-start directory; choose another")
+        if (out_dir / META_FILE).exists():
+            print(f"warm start in {out_dir}: {_stale_reason(out_dir, key)}; rebuilding", file=sys.stderr, flush=True)
         tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        meta = train_warm_start(tmp, spec, seed)
-        meta["hash"] = key
-        # The metadata file is written last: its presence marks a complete directory.
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        try:
+            _build_in_child(tmp, spec, seed)
+            meta = load_meta(tmp)
+            meta["hash"] = key
+            meta["weights_sha256"] = weights_sha256(tmp)
+            # The metadata file is rewritten last: with the hash, it marks a complete directory.
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            os.replace(tmp, out_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"warm start ready in {out_dir}: {describe_checksum(meta)}", file=sys.stderr, flush=True)
     return out_dir
 
 
 def load_meta(model_dir: str | Path) -> dict[str, Any]:
-    """Read the recipe, hash, timings and evaluation stored with a warm-started model."""
+    """Read the recipe, hash, weight checksum, timings and evaluation stored with a warm-started model."""
     return json.loads((Path(model_dir) / META_FILE).read_text())
 
 
-def _cached(out_dir: Path, key: str) -> bool:
-    """Whether `out_dir` holds a complete warm start built from the recipe with hash `key`."""
+def weights_sha256(model_dir: str | Path) -> str:
+    """sha256 over the saved tensors (names, dtypes, shapes and bytes, in name order)."""
+    from safetensors import safe_open
+
+    digest = hashlib.sha256()
+    with safe_open(str(Path(model_dir) / WEIGHTS_FILE), framework="numpy") as f:
+        for name in sorted(f.keys()):
+            tensor = f.get_tensor(name)
+            digest.update(f"{name}:{tensor.dtype}:{tensor.shape};".encode())
+            digest.update(tensor.tobytes())
+    return digest.hexdigest()
+
+
+def describe_checksum(meta: dict[str, Any]) -> str:
+    """One line: the weights' checksum and whether it matches the reference build of this recipe."""
+    sha = meta.get("weights_sha256", "")
+    ref = REFERENCE_SHA256.get(meta.get("hash", ""))
+    if ref is None:
+        return f"weights sha256 {sha[:16]} (no reference build for this recipe)"
+    if ref == sha:
+        return f"weights sha256 {sha[:16]}, identical to the reference build"
+    return (f"weights sha256 {sha[:16]} differ from the reference build's {ref[:16]}: this machine "
+            "computes differently (see docs/trainer.md, warm start); results will not match the docs")
+
+
+def _stale_reason(out_dir: Path, key: str) -> str:
+    """Why a warm-start directory is not a valid cache for recipe hash `key`."""
     try:
-        return load_meta(out_dir).get("hash") == key and (out_dir / "config.json").exists()
+        meta = load_meta(out_dir)
+    except (OSError, ValueError):
+        return "its metadata is unreadable"
+    if meta.get("hash") != key:
+        return "it was built from another recipe"
+    return "its weights do not match the checksum recorded when they were built"
+
+
+def _cached(out_dir: Path, key: str) -> bool:
+    """Whether `out_dir` holds a complete warm start of recipe hash `key` with intact weights."""
+    try:
+        meta = load_meta(out_dir)
+        return (meta.get("hash") == key and (out_dir / "config.json").exists()
+                and meta.get("weights_sha256") == weights_sha256(out_dir))
     except (OSError, ValueError):
         return False
+
+
+def pinned_env(recipe: WarmStartRecipe) -> dict[str, str]:
+    """Environment that fixes the build's numerics; it must be set before torch is imported."""
+    threads = str(recipe.threads)
+    env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           # Without these, MKL and OpenMP may use fewer threads than asked, depending on the
+           # machine's load and core count, and a different split changes the sums' rounding.
+           "MKL_DYNAMIC": "FALSE", "OMP_DYNAMIC": "FALSE",
+           # Idle threads sleep instead of spinning: on a loaded machine spinning threads made
+           # a 2-thread step 3x slower than a 1-thread one (numerics unchanged).
+           "OMP_WAIT_POLICY": "PASSIVE"}
+    if recipe.isa == "avx2":
+        # torch's own kernels and MKL's code branch: AVX2 exists on every x86-64 machine of this
+        # kind, whereas AVX-512 (picked by default where present) gives other roundings.
+        env.update({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"})
+    return env
+
+
+def _build_in_child(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> None:
+    """Train the model in a child process with pinned numerics; its progress bar goes to stderr."""
+    print(f"building the warm-start model ({recipe.train_steps} steps on {recipe.threads} threads, once: "
+          f"it is cached in {out_dir.parent})", file=sys.stderr, flush=True)
+    env = {**os.environ, **pinned_env(recipe)}
+    cmd = [sys.executable, "-m", "veristep.train.demo.warmstart", str(out_dir), "--seed", str(seed),
+           "--recipe", json.dumps(asdict(recipe)), "--in-process"]
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=False)
+    if proc.returncode != 0 or not (out_dir / META_FILE).exists():
+        raise RuntimeError(f"building the warm start failed (exit code {proc.returncode}); its error is above")
 
 
 @contextlib.contextmanager
@@ -145,6 +246,8 @@ def train_warm_start(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> dict[
     from .tiny import build_char_tokenizer, build_tiny_causal_lm
 
     t0 = time.perf_counter()
+    torch.set_num_threads(recipe.threads)
+    torch.use_deterministic_algorithms(True)
     torch.manual_seed(seed)
     tokenizer = build_char_tokenizer(model_max_length=512)
     model = build_tiny_causal_lm(
@@ -159,7 +262,7 @@ def train_warm_start(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> dict[
     )
     demos = []
     for i, level in enumerate(recipe.levels):
-        problems = make_problems(recipe.demos_per_level, seed=1000 * seed + i, level=level)
+        problems = make_problems(recipe.demos_per_level, seed=1000 * seed + i, level=level, part="demo")
         demos += make_noisy_demonstrations(
             problems, seed=1000 * seed + i, step_error_rate=recipe.step_error_rate,
             answer_error_rate=recipe.answer_error_rate,
@@ -190,6 +293,8 @@ def train_warm_start(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> dict[
         "train_seconds": round(train_s, 2),
         "eval_seconds": round(eval_s, 2),
         "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "pinned_env": {k: os.environ.get(k) for k in pinned_env(recipe)},
         "eval": evaluation,
     }
 
@@ -230,8 +335,11 @@ def _supervised_train(model, input_ids, labels, pad_id: int, recipe: WarmStartRe
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     model.train()
-    losses = []
-    for _ in range(recipe.train_steps):
+    losses: list[float] = []
+    bar = _progress(recipe.train_steps)
+    # Batches mix levels and lengths: batches of similar lengths (less padding, a third less
+    # work) never learnt the arithmetic in 600 steps (loss 0.41 against 0.10, docs/trainer.md).
+    for step in range(recipe.train_steps):
         idx = torch.randint(0, input_ids.shape[0], (recipe.batch_size,), generator=gen)
         ids, lab = input_ids[idx], labels[idx]
         # Trim the batch to its longest row: right padding makes every row start at position 0.
@@ -244,8 +352,24 @@ def _supervised_train(model, input_ids, labels, pad_id: int, recipe: WarmStartRe
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
+        if bar is not None:
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}", refresh=False)
+    if bar is not None:
+        bar.close()
     model.eval()
     return losses
+
+
+def _progress(total: int):
+    """A progress bar with ETA on stderr (None where tqdm is missing)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm comes with transformers; without it the build is just silent
+        return None
+    return tqdm(total=total, desc="warm start", unit="step", file=sys.stderr, mininterval=1.0,
+                dynamic_ncols=True)
 
 
 def generate_completions(
@@ -295,10 +419,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-steps", type=int, default=WarmStartRecipe.train_steps)
+    parser.add_argument("--train-steps", type=int, default=None, help="override the recipe's train_steps")
+    parser.add_argument("--recipe", default=None, help="JSON object of WarmStartRecipe fields")
+    # The pinned child of ensure_warm_start: train here, with whatever numerics this process has.
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    recipe = json.loads(args.recipe) if args.recipe else {}
+    if args.train_steps is not None:
+        recipe["train_steps"] = args.train_steps
+    if args.in_process:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one bar: ours
+        meta = train_warm_start(args.out_dir, recipe_from_kwargs(**recipe), args.seed)
+        (args.out_dir / META_FILE).write_text(json.dumps(meta, indent=2))
+        return 0
     t0 = time.perf_counter()
-    path = ensure_warm_start(args.out_dir, seed=args.seed, train_steps=args.train_steps)
+    path = ensure_warm_start(args.out_dir, seed=args.seed, **recipe)
     meta = load_meta(path)
     print(f"warm start in {path} ({time.perf_counter() - t0:.1f}s this call)")
     print(json.dumps({k: v for k, v in meta.items() if k != "recipe"}, indent=2))

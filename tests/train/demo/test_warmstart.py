@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from veristep.train.demo import task, warmstart
 
-# A recipe small enough to train in a few seconds on a loaded CPU.
+# A recipe small enough to train in a few seconds on a loaded CPU (one thread: the test machine
+# may have one core; the numerics are pinned all the same).
 TINY = dict(
     levels=("easy",), demos_per_level=64, train_steps=6, batch_size=8, warmup_steps=2,
-    eval_per_level=4, max_new_tokens=24,
+    eval_per_level=4, max_new_tokens=24, threads=1,
 )
 
 
@@ -59,3 +62,58 @@ def test_bad_recipe_and_foreign_directory_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="not a warm-start directory"):
         warmstart.ensure_warm_start(foreign, **TINY)
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_two_builds_give_identical_weights_and_record_their_checksum(tmp_path, capfd):
+    first = warmstart.ensure_warm_start(tmp_path / "first", seed=1, **TINY)
+    other = warmstart.ensure_warm_start(tmp_path / "again", seed=1, **TINY)
+    err = capfd.readouterr().err
+    assert "warm start" in err and "6/6" in err  # the child's progress bar, with its step count
+    a, b = warmstart.load_meta(first), warmstart.load_meta(other)
+    assert a["weights_sha256"] == b["weights_sha256"] == warmstart.weights_sha256(other)
+    wa = load_file(str(first / "model.safetensors"))
+    wb = load_file(str(other / "model.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert a["pinned_env"]["MKL_CBWR"] == "AVX2" and a["torch_threads"] == 1
+    # another seed is another model (the checksum tells them apart)
+    third = warmstart.ensure_warm_start(tmp_path / "seed2", seed=2, **TINY)
+    assert warmstart.load_meta(third)["weights_sha256"] != a["weights_sha256"]
+
+
+def test_changed_weights_are_detected_and_rebuilt(tmp_path, capfd):
+    path = warmstart.ensure_warm_start(tmp_path / "m", seed=1, **TINY)
+    good = warmstart.load_meta(path)["weights_sha256"]
+    weights = load_file(str(path / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 1.0
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    assert warmstart.weights_sha256(path) != good
+    capfd.readouterr()
+    warmstart.ensure_warm_start(path, seed=1, **TINY)
+    assert "do not match the checksum" in capfd.readouterr().err
+    assert warmstart.weights_sha256(path) == good
+
+
+def test_describe_checksum_compares_with_the_reference_build(monkeypatch):
+    meta = {"hash": "abc", "weights_sha256": "1" * 64}
+    assert "no reference build" in warmstart.describe_checksum(meta)
+    monkeypatch.setitem(warmstart.REFERENCE_SHA256, "abc", "1" * 64)
+    assert "identical to the reference build" in warmstart.describe_checksum(meta)
+    monkeypatch.setitem(warmstart.REFERENCE_SHA256, "abc", "2" * 64)
+    assert "differ from the reference build" in warmstart.describe_checksum(meta)
+
+
+def test_no_training_or_held_out_prompt_was_a_demonstration():
+    """The default recipe's demonstrations and the default run's prompts share no prompt."""
+    from veristep.train.config import make_config
+    from veristep.train.data import load_train_and_eval
+    from veristep.train.demo.tiny import build_char_tokenizer
+
+    recipe = warmstart.WarmStartRecipe()
+    demos = {p["prompt"] for i, level in enumerate(recipe.levels)
+             for p in task.make_problems(recipe.demos_per_level, seed=i, level=level, part="demo")}
+    for dataset in ("builtin:arith:level=medium", "builtin:arith:level=easy", "builtin:arith"):
+        train, held_out = load_train_and_eval(make_config(dataset=dataset), build_char_tokenizer())
+        prompts = {p.text for p in train} | {p.text for p in held_out}
+        assert len(held_out) == 500
+        assert not prompts & demos, dataset

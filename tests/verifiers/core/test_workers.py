@@ -117,7 +117,7 @@ def test_unclosed_verifier_is_cleaned_up_at_interpreter_exit(tmp_path) -> None:
     script.write_text(textwrap.dedent(
         """
         from veristep.verifiers.math import MathVerifier
-        v = MathVerifier(workers=2, timeout=2)
+        v = MathVerifier(workers=2, timeout=20)  # a cold sympy call on a loaded machine took > 2 s
         r = v.verify("$\\\\boxed{x^2+2x+1}$", "(x+1)^2")
         print(r.status.value, *v.worker_pids(), flush=True)
         # no close(): exit must still stop the workers, and promptly

@@ -1,0 +1,212 @@
+"""Held-out evaluation: accuracy with its standard error, and before/after differences that pair.
+
+One evaluation samples `k` completions per held-out prompt at the training temperature, plus one
+greedy completion, each prompt under a fixed seed. The seeds depend only on the run seed and the
+prompt's position, so the evaluation before training and the one after it draw the same random
+numbers (common random numbers): the paired difference then measures the model's change, not
+the sampling noise. Standard errors treat the prompt as the unit (samples of one prompt are
+correlated): the SE of a mean over prompts is sd / sqrt(n) of the per-prompt values, and the SE of
+a before/after difference is that of the per-prompt differences.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .distributed import DistInfo, gather_rows
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over prompts and its standard error."""
+
+    mean: float
+    se: float
+
+
+def mean_se(values: Sequence[float]) -> Estimate:
+    """The mean of per-prompt values and its standard error, sd (ddof 1) / sqrt(n); SE 0 if n < 2."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("mean_se: no values")
+    mean = math.fsum(values) / n
+    if n < 2:
+        return Estimate(mean, 0.0)
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return Estimate(mean, math.sqrt(var / n))
+
+
+def paired_difference(before: Sequence[float], after: Sequence[float]) -> Estimate:
+    """Mean of after - before over the same prompts, and the SE of that mean."""
+    if len(before) != len(after):
+        raise ValueError(f"paired_difference: {len(before)} prompts before, {len(after)} after; "
+                         "a paired difference needs the same prompts")
+    return mean_se([a - b for a, b in zip(after, before, strict=True)])
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+@dataclass
+class EvalResult:
+    """Per-prompt outcomes of one held-out evaluation, in a fixed prompt order."""
+
+    samples: int  # completions per prompt at the training temperature
+    correct: list[int]  # per prompt: how many of its `samples` completions are correct
+    greedy: list[int] | None  # per prompt: 1 if its greedy completion is correct (None: not run)
+    seconds: float = 0.0
+
+    @property
+    def prompts(self) -> int:
+        """Number of prompts evaluated."""
+        return len(self.correct)
+
+    def pass_at_1(self) -> Estimate:
+        """Held-out pass@1 at the sampling temperature, with its SE over prompts."""
+        return mean_se([c / self.samples for c in self.correct])
+
+    def greedy_accuracy(self) -> Estimate | None:
+        """Held-out greedy accuracy with its SE (None when greedy was not evaluated)."""
+        return None if self.greedy is None else mean_se([float(g) for g in self.greedy])
+
+    def metrics(self, group_size: int) -> dict[str, float | None]:
+        """The `eval/*` metrics of a step line."""
+        p1 = self.pass_at_1()
+        g = self.greedy_accuracy()
+        kk = min(group_size, self.samples)
+        return {
+            "eval/pass@1": p1.mean, "eval/pass@1_se": p1.se,
+            "eval/pass@G": math.fsum(pass_at_k(self.samples, c, kk) for c in self.correct) / self.prompts,
+            "eval/greedy": g.mean if g else None, "eval/greedy_se": g.se if g else None,
+        }
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain data for a checkpoint (the paired difference after a resume needs it)."""
+        return {"samples": self.samples, "correct": list(self.correct),
+                "greedy": None if self.greedy is None else list(self.greedy), "seconds": self.seconds}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> EvalResult:
+        """Inverse of `to_state`."""
+        return cls(int(state["samples"]), [int(c) for c in state["correct"]],
+                   None if state.get("greedy") is None else [int(g) for g in state["greedy"]],
+                   float(state.get("seconds", 0.0)))
+
+
+def compare(before: EvalResult, after: EvalResult) -> dict[str, Estimate | None]:
+    """Paired before/after differences of pass@1 and of greedy accuracy (same prompts and seeds)."""
+    if before.samples != after.samples or before.prompts != after.prompts:
+        raise ValueError("compare: the two evaluations did not use the same prompts and samples")
+    k = before.samples
+    diff = paired_difference([c / k for c in before.correct], [c / k for c in after.correct])
+    greedy = None
+    if before.greedy is not None and after.greedy is not None:
+        greedy = paired_difference([float(g) for g in before.greedy], [float(g) for g in after.greedy])
+    return {"pass@1": diff, "greedy": greedy}
+
+
+def eval_seeds(run_seed: int, prompt_indices: Sequence[int]) -> list[int]:
+    """The sampling seed of each held-out prompt: fixed by the run seed and the prompt alone."""
+    return [(run_seed * 31 + 1_000_000_007 + i * 7_919) % (2**31 - 1) for i in prompt_indices]
+
+
+@torch.no_grad()
+def evaluate(engine: Any, prompt_ids: list[list[int]], references: list[list[Any]], rewarder: Any,
+             samples: int, seed: int, info: DistInfo, greedy: bool = True) -> EvalResult | None:
+    """Sample `samples` completions (and one greedy) per held-out prompt; score them; gather ranks.
+
+    Each rank evaluates prompts rank, rank + world, ...; the gathered lists are in rank order,
+    the same order at every evaluation of a run, so two results pair prompt by prompt.
+    """
+    if not prompt_ids:
+        return None
+    t0 = time.perf_counter()
+    mine = list(range(info.rank, len(prompt_ids), info.world_size))
+    seeds = eval_seeds(seed, mine)
+    prompts = [prompt_ids[i] for i in mine]
+    refs = [references[i] for i in mine]
+    counts = torch.zeros(0, dtype=torch.long)
+    hits = torch.zeros(0, dtype=torch.long)
+    if mine:
+        ro = engine.generate(prompts, samples, seeds)
+        ok = rewarder.score(ro.texts, [r for r in refs for _ in range(samples)]).correct
+        counts = ok.view(-1, samples).sum(dim=1).long()
+        if greedy:
+            rg = engine.generate(prompts, 1, seeds, greedy=True)
+            hits = rewarder.score(rg.texts, refs).correct.long()
+    counts = gather_rows(counts, info)
+    greedy_hits = gather_rows(hits, info).tolist() if greedy else None
+    return EvalResult(samples, counts.tolist(), greedy_hits, time.perf_counter() - t0)
+
+
+def evaluate_model(model_dir: str, seed: int = 0, **config: Any) -> EvalResult:
+    """Evaluate a saved model on a config's held-out set, as the trainer does (CPU or GPU)."""
+    from .config import make_config
+    from .data import load_train_and_eval
+    from .distributed import setup
+    from .gated_grpo import (  # the trainer's own loading
+        _load_model,
+        _load_tokenizer,
+        _tokenize_prompts,
+    )
+    from .rewards import OutcomeRewarder
+    from .rollout import build_engine
+
+    cfg = make_config(model=model_dir, seed=seed, progress=False, **config)
+    info = setup(cfg.device)
+    tokenizer = _load_tokenizer(cfg.tokenizer or model_dir)
+    model = _load_model(model_dir, torch.float32, info.device)
+    _, eval_set = load_train_and_eval(cfg, tokenizer)
+    rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
+    refs = rewarder.references([p.record for p in eval_set])
+    ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
+    engine = build_engine(cfg, model, tokenizer, model_dir, info.device, info.enabled)
+    return evaluate(engine, ids, refs, rewarder, cfg.eval_samples or cfg.group_size, seed, info,
+                    cfg.eval_greedy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compare two models on the held-out set: accuracies with SEs and their paired difference."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("before", help="model directory (e.g. runs/warmstart)")
+    parser.add_argument("after", help="model directory (e.g. runs/gated_grpo/checkpoints/step-000150/model)")
+    parser.add_argument("--dataset", default=None, help="trainer dataset (default: the trainer's)")
+    parser.add_argument("--eval-size", type=int, default=None, help="held-out prompts (default: the trainer's)")
+    parser.add_argument("--seed", type=int, default=0, help="evaluation seeds of both models")
+    parser.add_argument("--after-seed", type=int, default=None,
+                        help="also evaluate `after` with other seeds, to show what common random numbers save")
+    args = parser.parse_args(argv)
+    config = {k: v for k, v in (("dataset", args.dataset), ("eval_size", args.eval_size)) if v is not None}
+    runs = {"before": evaluate_model(args.before, args.seed, **config),
+            "after": evaluate_model(args.after, args.seed, **config)}
+    if args.after_seed is not None:
+        runs["after, other seeds"] = evaluate_model(args.after, args.after_seed, **config)
+    before = runs["before"]
+    print(f"{before.prompts} prompts x {before.samples} samples at T=1, plus greedy; +- one standard error")
+    for name, r in runs.items():
+        p, g = r.pass_at_1(), r.greedy_accuracy()
+        line = f"  {name:<20} pass@1 {100 * p.mean:5.1f} +- {100 * p.se:.1f}"
+        print(line + (f" | greedy {100 * g.mean:5.1f} +- {100 * g.se:.1f}" if g else "") + f" | {r.seconds:.0f} s")
+    for name, r in list(runs.items())[1:]:
+        d = compare(before, r)
+        unpaired = math.hypot(before.pass_at_1().se, r.pass_at_1().se)
+        print(f"  {name} - before: pass@1 {100 * d['pass@1'].mean:+.1f} +- {100 * d['pass@1'].se:.1f} paired "
+              f"(+- {100 * unpaired:.1f} unpaired)"
+              + (f" | greedy {100 * d['greedy'].mean:+.1f} +- {100 * d['greedy'].se:.1f}" if d["greedy"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -334,8 +334,14 @@ class WorkerPool:
         total = sum(sizes)
         sink = _Sink([None] * total, total)
         now = time.monotonic()
-        # the worst case: every item of every chunk runs to its limit, `size` at a time
-        worst = sum((size + 1) * limit for size in sizes) / self.size + max(sizes, default=0) * limit
+        # the worst case: every item of every chunk runs to its limit, `size` at a time, after
+        # every chunk already queued or running (they go first) has done the same
+        ahead = sum((len(c.items) + 1) * c.limit for c in list(self._queue))
+        for w in list(self._workers):
+            running = w.chunk
+            if running is not None:
+                ahead += (len(running.items) - w.next_item + 1) * running.limit
+        worst = (ahead + sum((size + 1) * limit for size in sizes)) / self.size + max(sizes, default=0) * limit
         wait_deadline = now + worst + WAIT_GRACE_S
         if call_deadline is not None:
             wait_deadline = min(wait_deadline, call_deadline + WAIT_GRACE_S)

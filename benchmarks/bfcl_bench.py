@@ -34,6 +34,7 @@ import copy
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -360,7 +361,8 @@ def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tu
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         raise SystemExit(f"veristep verify failed:\n{proc.stderr[-3000:]}")
-    statuses = [json.loads(line).get("status", "error") for line in out.read_text().splitlines()]
+    statuses = [json.loads(line).get("veristep", {}).get("status", "error")
+                for line in out.read_text(encoding="utf-8").splitlines()]
     return statuses, seconds
 
 
@@ -408,6 +410,23 @@ def agreement(cases: list[dict[str, Any]], bfcl: list[dict[str, Any]], ours: lis
     return rows
 
 
+def _command(argv: list[str]) -> str:
+    """The command line as run, with the BFCL interpreter's path (machine-specific) left out."""
+    out, skip = ["benchmarks/bfcl_bench.py"], False
+    for arg in argv[1:]:
+        if skip:
+            out.append("BFCL_VENV/bin/python")
+            skip = False
+        elif arg == "--bfcl-python":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--bfcl-python="):
+            out.append("--bfcl-python=BFCL_VENV/bin/python")
+        else:
+            out.append(arg)
+    return " ".join(out)
+
+
 def main() -> None:
     """Run the comparison; print tables; write JSON."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -418,6 +437,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="workers for the whole-process run (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-cli", action="store_true", help="skip the whole-process `veristep verify` run")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed runs of each side, interleaved; medians and ranges are reported (default 3)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bfcl_bench.json"))
     ap.add_argument("--bfcl-side", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -433,15 +454,24 @@ def main() -> None:
             questions = [q for q in questions if (per.update([q["category"]]) or per[q["category"]] <= args.limit)]
         cases = make_cases(questions, args.seed)
         print(f"{len(questions)} BFCL questions, {len(cases)} cases", flush=True)
-        bfcl = _run_bfcl(args.bfcl_python, "check", {"cases": cases}, workdir)
-        ours, loop_s = veristep_loop(cases)
-        cli_s = None
-        if not args.skip_cli:
-            statuses, cli_s = veristep_cli(cases, args.workers, workdir)
-            mismatched = len(statuses) != len(cases) or any(
-                (s == "correct") != o["valid"] for s, o in zip(statuses, ours, strict=True))
-            if mismatched:
-                print("warning: the CLI's verdicts differ from verify()'s", file=sys.stderr)
+        seconds: dict[str, list[float]] = {"bfcl_in_process": [], "veristep_loop": [], "veristep_cli": []}
+        loads: list[float] = []
+        cli_differs = 0
+        for _ in range(max(1, args.repeats)):  # interleaved, so load changes hit every side alike
+            bfcl = _run_bfcl(args.bfcl_python, "check", {"cases": cases}, workdir)
+            seconds["bfcl_in_process"].append(bfcl["seconds"])
+            ours, loop_s = veristep_loop(cases)
+            seconds["veristep_loop"].append(loop_s)
+            if not args.skip_cli:
+                loads.append(os.getloadavg()[0])
+                statuses, cli_s = veristep_cli(cases, args.workers, workdir)
+                seconds["veristep_cli"].append(cli_s)
+                differ = (len(cases) if len(statuses) != len(cases) else
+                          sum(s != o["status"] for s, o in zip(statuses, ours, strict=True)))
+                cli_differs = max(cli_differs, differ)
+                if differ:
+                    print(f"warning: the CLI's statuses differ from verify()'s on {differ} cases",
+                          file=sys.stderr)
     verdicts = bfcl["verdicts"]
     n = len(cases)
     agree = sum(b["valid"] == o["valid"] for b, o in zip(verdicts, ours, strict=True))
@@ -456,19 +486,23 @@ def main() -> None:
     print(_table("\nper category", agreement(cases, verdicts, ours, "category"), header))
     print(_table("\nper variant", agreement(cases, verdicts, ours, "variant"), header))
     print(_table("\nper format", agreement(cases, verdicts, ours, "format"), header))
-    rates = [["BFCL decode + ast_checker, in-process", f"{bfcl['seconds']:.2f}", f"{n / bfcl['seconds']:.0f}"],
-             ["veristep verify() loop, in-process", f"{loop_s:.2f}", f"{n / loop_s:.0f}"]]
-    if cli_s is not None:
-        rates.append([f"veristep verify tools --workers {args.workers}, whole process", f"{cli_s:.2f}",
-                      f"{n / cli_s:.0f}"])
-    print(_table("\nthroughput", rates, ["run", "seconds", "cases/s"]))
+    names = {"bfcl_in_process": "BFCL decode + ast_checker, in-process",
+             "veristep_loop": "veristep verify() loop, in-process",
+             "veristep_cli": f"veristep verify tools --workers {args.workers}, whole process"}
+    rates = [[names[key], f"{statistics.median(runs):.2f}", f"{min(runs):.2f}-{max(runs):.2f}",
+              f"{n / statistics.median(runs):.0f}",
+              f"{statistics.median(runs) / statistics.median(seconds['bfcl_in_process']):.1f}x"]
+             for key, runs in seconds.items() if runs]
+    print(_table(f"\nthroughput ({len(seconds['bfcl_in_process'])} interleaved runs each)", rates,
+                 ["run", "median s", "range s", "cases/s", "time vs BFCL"]))
     print(f"\nagreement {agree}/{n} = {100 * agree / n:.2f}%; outside documented differences "
           f"{agree}/{outside} = {100 * agree / outside:.2f}%")
     for label, count in documented.most_common():
         print(f"  documented difference {label!r}: {count} cases ({DOCUMENTED[label]})")
     print(f"veristep accepts what BFCL rejects: {only_ours} ({only_ours_undocumented} undocumented); "
           f"questions whose reference veristep refuses (bad_reference): {len(bad_refs)}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"1-min load average before each CLI run: {', '.join(f'{x:.2f}' for x in loads) or '-'}; "
+          f"cases whose CLI status differs from verify()'s: {cli_differs}")
     disagreements = [
         {"id": c["id"], "category": c["category"], "variant": c["variant"], "format": c["format"],
          "text": c["text"][:400], "bfcl": b, "veristep": o, "documented": label}
@@ -476,15 +510,17 @@ def main() -> None:
     ]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
-        "command": " ".join(sys.argv), "questions": len(questions), "cases": n,
+        "command": _command(sys.argv), "questions": len(questions), "cases": n,
         "agreement": agree / n, "agreement_outside_documented": agree / outside,
         "documented_differences": dict(documented), "veristep_only_accepts": only_ours,
         "veristep_only_accepts_undocumented": only_ours_undocumented, "bad_reference_questions": bad_refs,
         "per_category": agreement(cases, verdicts, ours, "category"),
         "per_variant": agreement(cases, verdicts, ours, "variant"),
         "per_format": agreement(cases, verdicts, ours, "format"),
-        "seconds": {"bfcl_in_process": bfcl["seconds"], "veristep_loop": loop_s, "veristep_cli": cli_s},
-        "load_average": os.getloadavg()[0], "disagreements_shown": min(len(disagreements), 300),
+        "seconds": seconds, "median_seconds": {k: statistics.median(v) for k, v in seconds.items() if v},
+        "cases_per_s": {k: n / statistics.median(v) for k, v in seconds.items() if v},
+        "cpus": os.cpu_count(), "load_average_before_cli": loads, "cli_statuses_differ_from_loop": cli_differs,
+        "disagreements_shown": min(len(disagreements), 300),
         "disagreements": disagreements[:300],
     }, indent=1))
     print(f"wrote {args.out}")

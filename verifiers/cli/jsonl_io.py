@@ -217,7 +217,10 @@ def _json_safe(value: Any) -> Any:
 
 def dumps_line(data: dict[str, Any]) -> str:
     """Serialise one output record to a single JSON line (non-JSON values become strings)."""
-    return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
+    try:  # the common case, plain JSON data: no copy
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
+    except (ValueError, TypeError):  # NaN or Infinity, a key JSON cannot hold
+        return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
 
 
 def encode_line(data: dict[str, Any]) -> bytes:

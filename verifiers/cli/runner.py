@@ -106,10 +106,7 @@ def safe_verify_batch(
     """`verify_batch`, but an exception costs only the items that raise, never the batch.
 
     When the batch call raises (or returns the wrong number of results) each item is verified
-    alone. An item on which the verifier raises ValueError or TypeError had a reference it
-    rejects (verifiers raise those for bad configuration, never for model output): it is
-    `bad_reference`. Any other exception is a bug in the verifier: `internal_error`, marked
-    with `verifier_raised`.
+    alone (`verify_one`).
     """
     if not completions:
         return []

@@ -29,6 +29,7 @@ import enum
 import multiprocessing
 import os
 import pickle
+import select
 import signal
 import socket
 import sys
@@ -118,6 +119,16 @@ class _Worker:
     next_item: int = 0  # position in chunk.items of the item now running
     prepared: bool = False
     deadline: float = 0.0
+    poller: Any = None  # select.poll on conn, made once: Connection.poll builds a selector per call
+
+    def readable(self) -> bool:
+        """Whether a message (or EOF) is waiting on `conn`, without blocking."""
+        if not hasattr(select, "poll"):
+            return bool(self.conn.poll())
+        if self.poller is None:
+            self.poller = select.poll()
+            self.poller.register(self.conn.fileno(), select.POLLIN)
+        return bool(self.poller.poll(0))
 
 
 class _ForkedProcess:
@@ -619,7 +630,7 @@ class WorkerPool:
                         continue
                     w = next(w for w in busy if w.conn is conn)
                     try:
-                        while w.chunk is not None and conn.poll():
+                        while w.chunk is not None and w.readable():
                             self._on_message(w, pickle.loads(conn.recv_bytes()), now)
                     except (EOFError, OSError, pickle.UnpicklingError):
                         self._on_lost(w, Outcome.ERROR, "worker process died")

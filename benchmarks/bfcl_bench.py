@@ -34,6 +34,7 @@ import copy
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def _bfcl_check(cases: list[dict[str, Any]]) -> dict[str, Any]:
     languages = {"java": (Language.JAVA, ReturnFormat.JAVA),
                  "javascript": (Language.JAVASCRIPT, ReturnFormat.JAVASCRIPT)}
     verdicts: list[dict[str, Any]] = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for case in cases:
         lang, ret = languages.get(case["category"].rsplit("_", 1)[-1],
                                   (Language.PYTHON, ReturnFormat.PYTHON))
@@ -110,7 +111,7 @@ def _bfcl_check(cases: list[dict[str, Any]]) -> dict[str, Any]:
         verdicts.append({"valid": bool(res["valid"]), "error_type": res.get("error_type", ""),
                          "error": str(res.get("error", ""))[:300]})
     seconds = time.perf_counter() - start
-    return {"verdicts": verdicts, "seconds": seconds}
+    return {"verdicts": verdicts, "seconds": seconds, "cpu_seconds": time.process_time() - cpu}
 
 
 def _bfcl_side(mode: str, path: str) -> None:
@@ -331,21 +332,23 @@ def reference(case: dict[str, Any]) -> dict[str, Any]:
     return {"tools": case["function"], "expected": case["answer"], "format": case["format"]}
 
 
-def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """verify() per case in this process; a reference veristep refuses is a verdict too."""
+def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float, float]:
+    """verify() per case in this process (verdicts, seconds, CPU seconds); a reference veristep
+    refuses is a verdict too."""
     from veristep.verifiers.tools import ToolCallVerifier
 
     verifier = ToolCallVerifier(workers=0)
     out = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for case in cases:
         r = verifier.verify(case["text"], reference(case))
         out.append({"valid": r.correct, "status": r.status.value, "detail": r.detail[:200]})
-    return out, time.perf_counter() - start
+    return out, time.perf_counter() - start, time.process_time() - cpu
 
 
-def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tuple[list[str], float]:
-    """`veristep verify tools --workers N` on a JSONL of the cases, timed as a whole process."""
+def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tuple[list[str], float, float]:
+    """`veristep verify tools --workers N` on a JSONL of the cases, timed as a whole process
+    (statuses, seconds, CPU seconds of the process and its workers)."""
     path = workdir / "cases.jsonl"
     with path.open("w") as fh:
         for case in cases:
@@ -355,15 +358,18 @@ def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tu
     exe = Path(sys.executable).with_name("veristep")
     if exe.exists():
         cli = [str(exe)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([*cli, "verify", "tools", str(path), "--workers", str(workers), "-o", str(out),
                            "--no-progress", "--batch-size", "1024"], capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers are reaped by the CLI
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"veristep verify failed:\n{proc.stderr[-3000:]}")
     statuses = [json.loads(line).get("veristep", {}).get("status", "error")
                 for line in out.read_text(encoding="utf-8").splitlines()]
-    return statuses, seconds
+    return statuses, seconds, cpu
 
 
 # ------------------------------------------------------------------------------- report
@@ -455,17 +461,21 @@ def main() -> None:
         cases = make_cases(questions, args.seed)
         print(f"{len(questions)} BFCL questions, {len(cases)} cases", flush=True)
         seconds: dict[str, list[float]] = {"bfcl_in_process": [], "veristep_loop": [], "veristep_cli": []}
+        cpu: dict[str, list[float]] = {key: [] for key in seconds}
         loads: list[float] = []
         cli_differs = 0
         for _ in range(max(1, args.repeats)):  # interleaved, so load changes hit every side alike
             bfcl = _run_bfcl(args.bfcl_python, "check", {"cases": cases}, workdir)
             seconds["bfcl_in_process"].append(bfcl["seconds"])
-            ours, loop_s = veristep_loop(cases)
+            cpu["bfcl_in_process"].append(bfcl["cpu_seconds"])
+            ours, loop_s, loop_cpu = veristep_loop(cases)
             seconds["veristep_loop"].append(loop_s)
+            cpu["veristep_loop"].append(loop_cpu)
             if not args.skip_cli:
                 loads.append(os.getloadavg()[0])
-                statuses, cli_s = veristep_cli(cases, args.workers, workdir)
+                statuses, cli_s, cli_cpu = veristep_cli(cases, args.workers, workdir)
                 seconds["veristep_cli"].append(cli_s)
+                cpu["veristep_cli"].append(cli_cpu)
                 differ = (len(cases) if len(statuses) != len(cases) else
                           sum(s != o["status"] for s, o in zip(statuses, ours, strict=True)))
                 cli_differs = max(cli_differs, differ)
@@ -491,10 +501,11 @@ def main() -> None:
              "veristep_cli": f"veristep verify tools --workers {args.workers}, whole process"}
     rates = [[names[key], f"{statistics.median(runs):.2f}", f"{min(runs):.2f}-{max(runs):.2f}",
               f"{n / statistics.median(runs):.0f}",
-              f"{statistics.median(runs) / statistics.median(seconds['bfcl_in_process']):.1f}x"]
+              f"{statistics.median(runs) / statistics.median(seconds['bfcl_in_process']):.1f}x",
+              f"{statistics.median(cpu[key]):.2f}"]
              for key, runs in seconds.items() if runs]
     print(_table(f"\nthroughput ({len(seconds['bfcl_in_process'])} interleaved runs each)", rates,
-                 ["run", "median s", "range s", "cases/s", "time vs BFCL"]))
+                 ["run", "median s", "range s", "cases/s", "time vs BFCL", "CPU s, all processes"]))
     print(f"\nagreement {agree}/{n} = {100 * agree / n:.2f}%; outside documented differences "
           f"{agree}/{outside} = {100 * agree / outside:.2f}%")
     for label, count in documented.most_common():
@@ -517,7 +528,7 @@ def main() -> None:
         "per_category": agreement(cases, verdicts, ours, "category"),
         "per_variant": agreement(cases, verdicts, ours, "variant"),
         "per_format": agreement(cases, verdicts, ours, "format"),
-        "seconds": seconds, "median_seconds": {k: statistics.median(v) for k, v in seconds.items() if v},
+        "seconds": seconds, "cpu_seconds": cpu, "median_seconds": {k: statistics.median(v) for k, v in seconds.items() if v},
         "cases_per_s": {k: n / statistics.median(v) for k, v in seconds.items() if v},
         "cpus": os.cpu_count(), "load_average_before_cli": loads, "cli_statuses_differ_from_loop": cli_differs,
         "disagreements_shown": min(len(disagreements), 300),

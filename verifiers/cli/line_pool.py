@@ -12,15 +12,14 @@ byte for byte. Each line runs under the verifier's per-item time limit in the sh
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..core.batch import as_verify_result, chunk_size
 from ..core.result import Status, Verifier, VerifyResult
 from ..core.workers import ItemResult, Outcome, Submission, WorkerPool
-from .jsonl_io import JsonlWriter, OutputError, parse_record
+from .jsonl_io import JsonlWriter, parse_record
 from .runner import (
     RAISED_KEY,
     RunNotices,
@@ -28,8 +27,8 @@ from .runner import (
     chunks,
     make_item,
     output_line,
-    report,
     verify_one,
+    write_batches,
 )
 
 #: Batches handed to the pool before the oldest is collected, so workers never wait for writing.
@@ -86,40 +85,29 @@ def run_lines(
 ) -> RunSummary:
     """`run_verify` for raw lines, each line verified whole in one of `workers` processes."""
     check = LineCheck(kind, verifier, completion_key)
-    summary = RunSummary(kind)
-    start = time.perf_counter()
     pool = WorkerPool(_no_preparation, check, workers, memory_limit_mb=None)
-    queued: deque[tuple[list[tuple[int, bytes]], Submission]] = deque()
-    try:
+
+    def verified() -> Iterator[tuple[list[bytes], list[int], list[VerifyResult]]]:
+        queued: deque[tuple[list[tuple[int, bytes]], Submission]] = deque()
         for batch in chunks(lines, batch_size):
             size = chunk_size(len(batch), workers)
             parts = [(None, batch[lo : lo + size]) for lo in range(0, len(batch), size)]
             queued.append((batch, pool.submit(parts, timeout)))
             if len(queued) >= IN_FLIGHT:
-                _write(check, pool, *queued.popleft(), summary, writer, progress, notices)
+                yield _collect(check, pool, *queued.popleft())
         while queued:
-            _write(check, pool, *queued.popleft(), summary, writer, progress, notices)
-    except OutputError as err:
-        summary.error = str(err)
-    except Exception as err:  # noqa: BLE001 - e.g. the pool stopped: keep what was written
-        summary.error = f"verification stopped: {type(err).__name__}: {err}"
+            yield _collect(check, pool, *queued.popleft())
+
+    try:
+        return write_batches(kind, verified(), writer, progress, notices)
     finally:
         pool.close()
-        writer.close()
-        summary.elapsed_s = time.perf_counter() - start
-    return summary
 
 
-def _write(
-    check: LineCheck,
-    pool: WorkerPool,
-    batch: list[tuple[int, bytes]],
-    submission: Submission,
-    summary: RunSummary,
-    writer: JsonlWriter,
-    progress: Any,
-    notices: RunNotices | None,
-) -> None:
+def _collect(
+    check: LineCheck, pool: WorkerPool, batch: list[tuple[int, bytes]], submission: Submission
+) -> tuple[list[bytes], list[int], list[VerifyResult]]:
+    """A submitted batch's output lines, line numbers and (summary-only) results."""
     done = [r for part in pool.wait(submission) for r in part]
     out_lines, results = [], []
     for (line_no, raw), item_result in zip(batch, done, strict=True):
@@ -131,7 +119,7 @@ def _write(
             line, result = _without_worker(check, line_no, raw, item_result)
         out_lines.append(line)
         results.append(result)
-    report(summary, writer, out_lines, [n for n, _ in batch], results, progress, notices)
+    return out_lines, [n for n, _ in batch], results
 
 
 def _without_worker(

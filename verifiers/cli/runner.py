@@ -367,12 +367,36 @@ def run_verify(
     notices: RunNotices | None = None,
 ) -> RunSummary:
     """Stream items through the backend into the writer; every line read gets a line written."""
+
+    def verified() -> Iterator[tuple[list[bytes], list[int], list[VerifyResult]]]:
+        for batch, results in backend.run(chunks(items, batch_size)):
+            lines = [output_line(kind, i, r) for i, r in zip(batch, results, strict=True)]
+            yield lines, [i.record.line_no for i in batch], results
+
+    return write_batches(kind, verified(), writer, progress, notices)
+
+
+def write_batches(
+    kind: str,
+    batches: Iterable[tuple[list[bytes], list[int], list[VerifyResult]]],
+    writer: JsonlWriter,
+    progress: Any = None,
+    notices: RunNotices | None = None,
+) -> RunSummary:
+    """Write each verified batch (output lines, line numbers, results), count and report it.
+
+    A failure stops the run with what was written kept: the summary says why.
+    """
     summary = RunSummary(kind)
     start = time.perf_counter()
     try:
-        for batch, results in backend.run(chunks(items, batch_size)):
-            lines = [output_line(kind, i, r) for i, r in zip(batch, results, strict=True)]
-            report(summary, writer, lines, [i.record.line_no for i in batch], results, progress, notices)
+        for lines, line_nos, results in batches:
+            writer.write_lines(lines)
+            summary.add(line_nos, results)
+            if notices is not None:
+                notices.see(line_nos, results)
+            if progress is not None:
+                progress.update(len(lines))
     except OutputError as err:
         summary.error = str(err)
     except Exception as err:  # noqa: BLE001 - e.g. a Ray actor died: keep what was written
@@ -381,21 +405,3 @@ def run_verify(
         writer.close()
         summary.elapsed_s = time.perf_counter() - start
     return summary
-
-
-def report(
-    summary: RunSummary,
-    writer: JsonlWriter,
-    lines: list[bytes],
-    line_nos: Sequence[int],
-    results: Sequence[VerifyResult],
-    progress: Any = None,
-    notices: RunNotices | None = None,
-) -> None:
-    """Write a verified batch's output lines, then count it, report it and advance the bar."""
-    writer.write_lines(lines)
-    summary.add(line_nos, results)
-    if notices is not None:
-        notices.see(line_nos, results)
-    if progress is not None:
-        progress.update(len(lines))

@@ -85,27 +85,36 @@ def run_lines(
 ) -> RunSummary:
     """`run_verify` for raw lines, each line verified whole in one of `workers` processes."""
     check = LineCheck(kind, verifier, completion_key)
-    pool = WorkerPool(_no_preparation, check, workers, memory_limit_mb=None)
+    pools: list[WorkerPool] = []
+
+    def pool() -> WorkerPool:
+        # a pool that stopped answering in its worst-case time closes itself: the rest of the
+        # run goes to a new one, as the verifiers' own BatchRunner does
+        if not pools or not pools[-1].usable:
+            pools.append(WorkerPool(_no_preparation, check, workers, memory_limit_mb=None))
+        return pools[-1]
 
     def verified() -> Iterator[tuple[list[bytes], list[int], list[VerifyResult]]]:
-        queued: deque[tuple[list[tuple[int, bytes]], Submission]] = deque()
+        queued: deque[tuple[list[tuple[int, bytes]], WorkerPool, Submission]] = deque()
         for batch in chunks(lines, batch_size):
             size = chunk_size(len(batch), workers)
             parts = [(None, batch[lo : lo + size]) for lo in range(0, len(batch), size)]
-            queued.append((batch, pool.submit(parts, timeout)))
+            current = pool()
+            queued.append((batch, current, current.submit(parts, timeout)))
             if len(queued) >= IN_FLIGHT:
-                yield _collect(check, pool, *queued.popleft())
+                yield _collect(check, *queued.popleft())
         while queued:
-            yield _collect(check, pool, *queued.popleft())
+            yield _collect(check, *queued.popleft())
 
     try:
         return write_batches(kind, verified(), writer, progress, notices)
     finally:
-        pool.close()
+        for each in pools:
+            each.close()
 
 
 def _collect(
-    check: LineCheck, pool: WorkerPool, batch: list[tuple[int, bytes]], submission: Submission
+    check: LineCheck, batch: list[tuple[int, bytes]], pool: WorkerPool, submission: Submission
 ) -> tuple[list[bytes], list[int], list[VerifyResult]]:
     """A submitted batch's output lines, line numbers and (summary-only) results."""
     done = [r for part in pool.wait(submission) for r in part]

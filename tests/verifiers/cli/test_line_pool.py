@@ -147,3 +147,28 @@ def test_only_in_process_verifiers_with_workers_use_the_line_pool():
     assert line_pool_workers(ToolCallVerifier(workers=0)) == 0
     assert line_pool_workers(ToolCallVerifier(workers=3)) == 3
     assert line_pool_workers(object()) == 0
+
+
+def test_a_pool_that_goes_away_mid_run_is_replaced_and_no_line_is_lost(tmp_path, monkeypatch):
+    from veristep.verifiers.core.workers import WorkerPool
+
+    rows = [{"completion": _hermes("add", a=1, b=2), "tools": TOOLS,
+             "expected": [{"name": "add", "arguments": {"a": 1, "b": 2}}]} for _ in range(40)]
+    src = _write(tmp_path / "in.jsonl", [json.dumps(r) for r in rows])
+    out = tmp_path / "out.jsonl"
+    wait, waited = WorkerPool.wait, []
+
+    def wait_then_close(self, submission):
+        results = wait(self, submission)
+        if not waited:  # the first pool stops after its first batch (as a stuck pool closes itself)
+            waited.append(True)
+            self.close()
+        return results
+
+    monkeypatch.setattr(WorkerPool, "wait", wait_then_close)
+    summary = run_lines("tools", iter_lines(src), ToolCallVerifier(workers=2), JsonlWriter(out),
+                        workers=2, timeout=10.0, batch_size=4)
+    statuses = [json.loads(line)["veristep"]["status"] for line in out.read_text(encoding="utf-8").splitlines()]
+    assert summary.error is None and len(statuses) == 41  # 40 lines + the \xff line
+    assert statuses[:4] == ["correct"] * 4 and statuses[-5:-1] == ["correct"] * 4  # a new pool
+    assert set(statuses[4:12]) <= {"correct", "internal_error"}  # in flight when it stopped

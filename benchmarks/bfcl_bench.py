@@ -34,6 +34,8 @@ import copy
 import json
 import os
 import random
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,7 +89,7 @@ def _bfcl_check(cases: list[dict[str, Any]]) -> dict[str, Any]:
     languages = {"java": (Language.JAVA, ReturnFormat.JAVA),
                  "javascript": (Language.JAVASCRIPT, ReturnFormat.JAVASCRIPT)}
     verdicts: list[dict[str, Any]] = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for case in cases:
         lang, ret = languages.get(case["category"].rsplit("_", 1)[-1],
                                   (Language.PYTHON, ReturnFormat.PYTHON))
@@ -109,7 +111,7 @@ def _bfcl_check(cases: list[dict[str, Any]]) -> dict[str, Any]:
         verdicts.append({"valid": bool(res["valid"]), "error_type": res.get("error_type", ""),
                          "error": str(res.get("error", ""))[:300]})
     seconds = time.perf_counter() - start
-    return {"verdicts": verdicts, "seconds": seconds}
+    return {"verdicts": verdicts, "seconds": seconds, "cpu_seconds": time.process_time() - cpu}
 
 
 def _bfcl_side(mode: str, path: str) -> None:
@@ -330,21 +332,23 @@ def reference(case: dict[str, Any]) -> dict[str, Any]:
     return {"tools": case["function"], "expected": case["answer"], "format": case["format"]}
 
 
-def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """verify() per case in this process; a reference veristep refuses is a verdict too."""
+def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float, float]:
+    """verify() per case in this process (verdicts, seconds, CPU seconds); a reference veristep
+    refuses is a verdict too."""
     from veristep.verifiers.tools import ToolCallVerifier
 
     verifier = ToolCallVerifier(workers=0)
     out = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for case in cases:
         r = verifier.verify(case["text"], reference(case))
         out.append({"valid": r.correct, "status": r.status.value, "detail": r.detail[:200]})
-    return out, time.perf_counter() - start
+    return out, time.perf_counter() - start, time.process_time() - cpu
 
 
-def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tuple[list[str], float]:
-    """`veristep verify tools --workers N` on a JSONL of the cases, timed as a whole process."""
+def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tuple[list[str], float, float]:
+    """`veristep verify tools --workers N` on a JSONL of the cases, timed as a whole process
+    (statuses, seconds, CPU seconds of the process and its workers)."""
     path = workdir / "cases.jsonl"
     with path.open("w") as fh:
         for case in cases:
@@ -354,14 +358,18 @@ def veristep_cli(cases: list[dict[str, Any]], workers: int, workdir: Path) -> tu
     exe = Path(sys.executable).with_name("veristep")
     if exe.exists():
         cli = [str(exe)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([*cli, "verify", "tools", str(path), "--workers", str(workers), "-o", str(out),
                            "--no-progress", "--batch-size", "1024"], capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers are reaped by the CLI
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"veristep verify failed:\n{proc.stderr[-3000:]}")
-    statuses = [json.loads(line).get("status", "error") for line in out.read_text().splitlines()]
-    return statuses, seconds
+    statuses = [json.loads(line).get("veristep", {}).get("status", "error")
+                for line in out.read_text(encoding="utf-8").splitlines()]
+    return statuses, seconds, cpu
 
 
 # ------------------------------------------------------------------------------- report
@@ -408,6 +416,23 @@ def agreement(cases: list[dict[str, Any]], bfcl: list[dict[str, Any]], ours: lis
     return rows
 
 
+def _command(argv: list[str]) -> str:
+    """The command line as run, with the BFCL interpreter's path (machine-specific) left out."""
+    out, skip = ["benchmarks/bfcl_bench.py"], False
+    for arg in argv[1:]:
+        if skip:
+            out.append("BFCL_VENV/bin/python")
+            skip = False
+        elif arg == "--bfcl-python":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--bfcl-python="):
+            out.append("--bfcl-python=BFCL_VENV/bin/python")
+        else:
+            out.append(arg)
+    return " ".join(out)
+
+
 def main() -> None:
     """Run the comparison; print tables; write JSON."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -418,6 +443,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="workers for the whole-process run (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-cli", action="store_true", help="skip the whole-process `veristep verify` run")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed runs of each side, interleaved; medians and ranges are reported (default 3)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bfcl_bench.json"))
     ap.add_argument("--bfcl-side", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -433,15 +460,28 @@ def main() -> None:
             questions = [q for q in questions if (per.update([q["category"]]) or per[q["category"]] <= args.limit)]
         cases = make_cases(questions, args.seed)
         print(f"{len(questions)} BFCL questions, {len(cases)} cases", flush=True)
-        bfcl = _run_bfcl(args.bfcl_python, "check", {"cases": cases}, workdir)
-        ours, loop_s = veristep_loop(cases)
-        cli_s = None
-        if not args.skip_cli:
-            statuses, cli_s = veristep_cli(cases, args.workers, workdir)
-            mismatched = len(statuses) != len(cases) or any(
-                (s == "correct") != o["valid"] for s, o in zip(statuses, ours, strict=True))
-            if mismatched:
-                print("warning: the CLI's verdicts differ from verify()'s", file=sys.stderr)
+        seconds: dict[str, list[float]] = {"bfcl_in_process": [], "veristep_loop": [], "veristep_cli": []}
+        cpu: dict[str, list[float]] = {key: [] for key in seconds}
+        loads: list[float] = []
+        cli_differs = 0
+        for _ in range(max(1, args.repeats)):  # interleaved, so load changes hit every side alike
+            bfcl = _run_bfcl(args.bfcl_python, "check", {"cases": cases}, workdir)
+            seconds["bfcl_in_process"].append(bfcl["seconds"])
+            cpu["bfcl_in_process"].append(bfcl["cpu_seconds"])
+            ours, loop_s, loop_cpu = veristep_loop(cases)
+            seconds["veristep_loop"].append(loop_s)
+            cpu["veristep_loop"].append(loop_cpu)
+            if not args.skip_cli:
+                loads.append(os.getloadavg()[0])
+                statuses, cli_s, cli_cpu = veristep_cli(cases, args.workers, workdir)
+                seconds["veristep_cli"].append(cli_s)
+                cpu["veristep_cli"].append(cli_cpu)
+                differ = (len(cases) if len(statuses) != len(cases) else
+                          sum(s != o["status"] for s, o in zip(statuses, ours, strict=True)))
+                cli_differs = max(cli_differs, differ)
+                if differ:
+                    print(f"warning: the CLI's statuses differ from verify()'s on {differ} cases",
+                          file=sys.stderr)
     verdicts = bfcl["verdicts"]
     n = len(cases)
     agree = sum(b["valid"] == o["valid"] for b, o in zip(verdicts, ours, strict=True))
@@ -456,19 +496,24 @@ def main() -> None:
     print(_table("\nper category", agreement(cases, verdicts, ours, "category"), header))
     print(_table("\nper variant", agreement(cases, verdicts, ours, "variant"), header))
     print(_table("\nper format", agreement(cases, verdicts, ours, "format"), header))
-    rates = [["BFCL decode + ast_checker, in-process", f"{bfcl['seconds']:.2f}", f"{n / bfcl['seconds']:.0f}"],
-             ["veristep verify() loop, in-process", f"{loop_s:.2f}", f"{n / loop_s:.0f}"]]
-    if cli_s is not None:
-        rates.append([f"veristep verify tools --workers {args.workers}, whole process", f"{cli_s:.2f}",
-                      f"{n / cli_s:.0f}"])
-    print(_table("\nthroughput", rates, ["run", "seconds", "cases/s"]))
+    names = {"bfcl_in_process": "BFCL decode + ast_checker, in-process",
+             "veristep_loop": "veristep verify() loop, in-process",
+             "veristep_cli": f"veristep verify tools --workers {args.workers}, whole process"}
+    rates = [[names[key], f"{statistics.median(runs):.2f}", f"{min(runs):.2f}-{max(runs):.2f}",
+              f"{n / statistics.median(runs):.0f}",
+              f"{statistics.median(runs) / statistics.median(seconds['bfcl_in_process']):.1f}x",
+              f"{statistics.median(cpu[key]):.2f}"]
+             for key, runs in seconds.items() if runs]
+    print(_table(f"\nthroughput ({len(seconds['bfcl_in_process'])} interleaved runs each)", rates,
+                 ["run", "median s", "range s", "cases/s", "time vs BFCL", "CPU s, all processes"]))
     print(f"\nagreement {agree}/{n} = {100 * agree / n:.2f}%; outside documented differences "
           f"{agree}/{outside} = {100 * agree / outside:.2f}%")
     for label, count in documented.most_common():
         print(f"  documented difference {label!r}: {count} cases ({DOCUMENTED[label]})")
     print(f"veristep accepts what BFCL rejects: {only_ours} ({only_ours_undocumented} undocumented); "
           f"questions whose reference veristep refuses (bad_reference): {len(bad_refs)}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"1-min load average before each CLI run: {', '.join(f'{x:.2f}' for x in loads) or '-'}; "
+          f"cases whose CLI status differs from verify()'s: {cli_differs}")
     disagreements = [
         {"id": c["id"], "category": c["category"], "variant": c["variant"], "format": c["format"],
          "text": c["text"][:400], "bfcl": b, "veristep": o, "documented": label}
@@ -476,15 +521,17 @@ def main() -> None:
     ]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
-        "command": " ".join(sys.argv), "questions": len(questions), "cases": n,
+        "command": _command(sys.argv), "questions": len(questions), "cases": n,
         "agreement": agree / n, "agreement_outside_documented": agree / outside,
         "documented_differences": dict(documented), "veristep_only_accepts": only_ours,
         "veristep_only_accepts_undocumented": only_ours_undocumented, "bad_reference_questions": bad_refs,
         "per_category": agreement(cases, verdicts, ours, "category"),
         "per_variant": agreement(cases, verdicts, ours, "variant"),
         "per_format": agreement(cases, verdicts, ours, "format"),
-        "seconds": {"bfcl_in_process": bfcl["seconds"], "veristep_loop": loop_s, "veristep_cli": cli_s},
-        "load_average": os.getloadavg()[0], "disagreements_shown": min(len(disagreements), 300),
+        "seconds": seconds, "cpu_seconds": cpu, "median_seconds": {k: statistics.median(v) for k, v in seconds.items() if v},
+        "cases_per_s": {k: n / statistics.median(v) for k, v in seconds.items() if v},
+        "cpus": os.cpu_count(), "load_average_before_cli": loads, "cli_statuses_differ_from_loop": cli_differs,
+        "disagreements_shown": min(len(disagreements), 300),
         "disagreements": disagreements[:300],
     }, indent=1))
     print(f"wrote {args.out}")

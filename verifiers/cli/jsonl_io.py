@@ -53,6 +53,9 @@ class Record:
     data: dict[str, Any] = field(default_factory=dict)
     #: Why the line is not a JSON object (then `data` is empty); None for a good line.
     error: str | None = None
+    #: The line's text when it can be written back as it is: strict JSON (no NaN/Infinity)
+    #: that `data` was read from; None otherwise.
+    text: str | None = None
 
 
 def display_name(path: str | Path) -> str:
@@ -99,6 +102,12 @@ def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
 
     Only a file that cannot be opened raises (InputError); check_input catches that earlier.
     """
+    for line_no, raw in iter_lines(path, limit):
+        yield parse_record(line_no, raw)
+
+
+def iter_lines(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw bytes) of every line `iter_jsonl` reads, not yet parsed."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     try:
@@ -112,30 +121,45 @@ def iter_jsonl(path: str | Path, limit: int | None = None) -> Iterator[Record]:
         for line_no, raw in enumerate(handle, start=1):
             if limit is not None and count >= limit:
                 return
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                count += 1
-                yield Record(line_no, error=f"not UTF-8 text ({err.reason})")
-                continue
-            if not line.strip():
+            if _blank(raw):
                 continue
             count += 1
-            try:
-                data = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as err:
-                yield Record(line_no, error=f"bad JSON ({err.msg} at column {err.colno})")
-                continue
-            except RecursionError:
-                yield Record(line_no, error="bad JSON (nested too deeply)")
-                continue
-            if not isinstance(data, dict):
-                yield Record(line_no, error=f"expected a JSON object, got {type(data).__name__}")
-                continue
-            yield Record(line_no, data)
+            yield line_no, raw
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+
+
+def _blank(raw: bytes) -> bool:
+    if raw.isascii():
+        # str.strip() also strips the ASCII separators \x1c-\x1f; bytes.strip() does not
+        return not raw.decode("ascii").strip()
+    try:
+        return not raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return False  # reported as a bad line
+
+
+def parse_record(line_no: int, raw: bytes) -> Record:
+    """One non-blank input line as a Record: its JSON object, or why it is not one."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return Record(line_no, error=f"not UTF-8 text ({err.reason})")
+    line = line.rstrip("\r\n")
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as err:
+        return Record(line_no, error=f"bad JSON ({err.msg} at column {err.colno})")
+    except RecursionError:
+        return Record(line_no, error="bad JSON (nested too deeply)")
+    if not isinstance(data, dict):
+        return Record(line_no, error=f"expected a JSON object, got {type(data).__name__}")
+    # json.loads reads NaN and Infinity, which strict JSON readers refuse: such a line is
+    # written back re-encoded (as null); the test is on the text, so a string holding "NaN"
+    # takes that slower path too, harmlessly
+    strict = "NaN" not in line and "Infinity" not in line
+    return Record(line_no, data, text=line if strict else None)
 
 
 def missing_key(record: Record, key: str) -> str:
@@ -193,7 +217,10 @@ def _json_safe(value: Any) -> Any:
 
 def dumps_line(data: dict[str, Any]) -> str:
     """Serialise one output record to a single JSON line (non-JSON values become strings)."""
-    return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
+    try:  # the common case, plain JSON data: no copy
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
+    except (ValueError, TypeError):  # NaN or Infinity, a key JSON cannot hold
+        return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
 
 
 def encode_line(data: dict[str, Any]) -> bytes:
@@ -208,6 +235,25 @@ def encode_line(data: dict[str, Any]) -> bytes:
     except UnicodeEncodeError:
         escaped = json.dumps(_json_safe(data), ensure_ascii=True, allow_nan=False, default=str)
         return (escaped + "\n").encode("ascii")
+
+
+def encode_with(data: dict[str, Any], key: str, value: Any, text: str | None = None) -> bytes:
+    """`encode_line` of `data` with `key` set to `value`, last (an earlier `key` is dropped).
+
+    With `text`, the JSON text `data` was read from, the line is that text as it is (its
+    spacing and escapes) with the new key spliced in before the closing brace: the same
+    object, without decoding and re-encoding the whole input.
+    """
+    if text is not None and key not in data:
+        body = text.strip(" \t\r\n")  # the whitespace JSON allows around a value
+        if body.endswith("}"):
+            field_text = f"{json.dumps(key)}: {dumps_line(value)}}}\n"
+            try:
+                return f"{body[:-1]}{', ' if data else ''}{field_text}".encode()
+            except UnicodeEncodeError:
+                pass  # a lone surrogate in `value`: encode_line writes it as an escape
+    rest = data if key not in data else {k: v for k, v in data.items() if k != key}
+    return encode_line({**rest, key: value})
 
 
 class JsonlWriter:
@@ -231,10 +277,14 @@ class JsonlWriter:
 
     def write_many(self, rows: list[dict[str, Any]]) -> None:
         """Write rows, one JSON object per line, and flush so a later crash loses none of them."""
+        self.write_lines([encode_line(row) for row in rows])
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Write encoded lines (each ending in a newline) and flush."""
         try:
-            if rows:
-                self._handle.write(b"".join(encode_line(row) for row in rows))
-                self.written += len(rows)
+            if lines:
+                self._handle.write(b"".join(lines))
+                self.written += len(lines)
             self._handle.flush()
         except BrokenPipeError:
             self._silence_stdout()

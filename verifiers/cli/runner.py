@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ from .jsonl_io import (
     OutputError,
     Record,
     display_name,
+    encode_with,
     iter_jsonl,
     missing_key,
 )
@@ -105,10 +106,7 @@ def safe_verify_batch(
     """`verify_batch`, but an exception costs only the items that raise, never the batch.
 
     When the batch call raises (or returns the wrong number of results) each item is verified
-    alone. An item on which the verifier raises ValueError or TypeError had a reference it
-    rejects (verifiers raise those for bad configuration, never for model output): it is
-    `bad_reference`. Any other exception is a bug in the verifier: `internal_error`, marked
-    with `verifier_raised`.
+    alone (`verify_one`).
     """
     if not completions:
         return []
@@ -118,17 +116,29 @@ def safe_verify_batch(
             return results
     except Exception:  # noqa: BLE001 - retried item by item below to find the culprit
         pass
-    out = []
-    for completion, reference in zip(completions, references, strict=True):
-        try:
-            (result,) = verifier.verify_batch([completion], [reference])
-        except (ValueError, TypeError) as err:
-            result = _unjudged(Status.BAD_REFERENCE, f"the verifier rejected it: {err}"[:300])
-        except Exception as err:  # noqa: BLE001 - a verifier bug, reported on its own line
-            detail = f"the verifier raised {type(err).__name__}: {err}"[:300]
-            result = VerifyResult(0.0, False, Status.INTERNAL_ERROR, detail, extra={RAISED_KEY: True})
-        out.append(result)
-    return out
+    return [
+        verify_one(verifier.verify_batch, completion, reference)
+        for completion, reference in zip(completions, references, strict=True)
+    ]
+
+
+def verify_one(
+    verify_batch: Callable[[list[str], list[Any]], Sequence[VerifyResult]], completion: str, reference: Any
+) -> VerifyResult:
+    """One item through `verify_batch`; an exception becomes that item's result.
+
+    ValueError or TypeError means the verifier rejects the reference (verifiers raise those
+    for bad configuration, never for model output): `bad_reference`. Any other exception is a
+    bug in the verifier: `internal_error`, marked with `verifier_raised`.
+    """
+    try:
+        (result,) = verify_batch([completion], [reference])
+    except (ValueError, TypeError) as err:
+        return _unjudged(Status.BAD_REFERENCE, f"the verifier rejected it: {err}"[:300])
+    except Exception as err:  # noqa: BLE001 - a verifier bug, reported on its own line
+        detail = f"the verifier raised {type(err).__name__}: {err}"[:300]
+        return VerifyResult(0.0, False, Status.INTERNAL_ERROR, detail, extra={RAISED_KEY: True})
+    return result
 
 
 def pending(batch: Sequence[Item]) -> tuple[list[int], list[str], list[Any]]:
@@ -202,13 +212,24 @@ def output_row(kind: str, item: Item, result: VerifyResult) -> dict[str, Any]:
     result (an earlier `veristep` key is the only thing replaced).
     """
     row = {k: v for k, v in item.record.data.items() if k != RESULT_KEY}
+    row[RESULT_KEY] = result_record(kind, item, result)
+    return row
+
+
+def result_record(kind: str, item: Item, result: VerifyResult) -> dict[str, Any]:
+    """What an output line holds under `veristep`: the kind, then the result's fields."""
     fields = result.to_record()
     fields.pop(RAISED_KEY, None)
     record = {"kind": kind, **{k: v for k, v in fields.items() if k != "kind"}}
     if result.status is Status.INPUT_ERROR:
         record["line"] = item.record.line_no  # the only way to find an unreadable line again
-    row[RESULT_KEY] = record
-    return row
+    return record
+
+
+def output_line(kind: str, item: Item, result: VerifyResult) -> bytes:
+    """`output_row` as one JSONL line: the input line's own text where it can be kept."""
+    record = item.record
+    return encode_with(record.data, RESULT_KEY, result_record(kind, item, result), record.text)
 
 
 def result_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -266,12 +287,12 @@ class RunSummary:
         """Whether the run must exit 1: unreadable lines, a raising verifier, or lost output."""
         return bool(self.error or self.input_errors or self.raised)
 
-    def add(self, batch: Sequence[Item], results: Sequence[VerifyResult]) -> None:
-        """Count a batch of results."""
-        for item, result in zip(batch, results, strict=True):
+    def add(self, line_nos: Sequence[int], results: Sequence[VerifyResult]) -> None:
+        """Count a batch of results (with the input line number of each)."""
+        for line_no, result in zip(line_nos, results, strict=True):
             status = result.status.value
             self.status_counts[status] += 1
-            self.first_line.setdefault(status, item.record.line_no)
+            self.first_line.setdefault(status, line_no)
             if result.judged:
                 self.judged += 1
                 self.judged_reward_sum += float(result.reward)
@@ -279,7 +300,7 @@ class RunSummary:
                 self.unjudged_counts[status] += 1
             if result.extra.get(RAISED_KEY):
                 self.raised += 1
-                self.first_line.setdefault(RAISED_KEY, item.record.line_no)
+                self.first_line.setdefault(RAISED_KEY, line_no)
 
     def table(self) -> str:
         """A plain-text summary: totals, judged vs unjudged, then one row per status."""
@@ -315,10 +336,9 @@ class RunNotices:
         self.messages = messages
         self._warned: set[str] = set()
 
-    def see(self, batch: Sequence[Item], results: Sequence[VerifyResult]) -> None:
+    def see(self, line_nos: Sequence[int], results: Sequence[VerifyResult]) -> None:
         """Report what this batch adds: input errors by line, first bad reference, first crash."""
-        for item, result in zip(batch, results, strict=True):
-            line = item.record.line_no
+        for line, result in zip(line_nos, results, strict=True):
             if result.status is Status.INPUT_ERROR:
                 self.messages.add(self.path, line, result.detail)
             elif result.status is Status.BAD_REFERENCE and "bad_reference" not in self._warned:
@@ -347,18 +367,36 @@ def run_verify(
     notices: RunNotices | None = None,
 ) -> RunSummary:
     """Stream items through the backend into the writer; every line read gets a line written."""
+
+    def verified() -> Iterator[tuple[list[bytes], list[int], list[VerifyResult]]]:
+        for batch, results in backend.run(chunks(items, batch_size)):
+            lines = [output_line(kind, i, r) for i, r in zip(batch, results, strict=True)]
+            yield lines, [i.record.line_no for i in batch], results
+
+    return write_batches(kind, verified(), writer, progress, notices)
+
+
+def write_batches(
+    kind: str,
+    batches: Iterable[tuple[list[bytes], list[int], list[VerifyResult]]],
+    writer: JsonlWriter,
+    progress: Any = None,
+    notices: RunNotices | None = None,
+) -> RunSummary:
+    """Write each verified batch (output lines, line numbers, results), count and report it.
+
+    A failure stops the run with what was written kept: the summary says why.
+    """
     summary = RunSummary(kind)
     start = time.perf_counter()
     try:
-        for batch, results in backend.run(chunks(items, batch_size)):
-            writer.write_many(
-                [output_row(kind, i, r) for i, r in zip(batch, results, strict=True)]
-            )
-            summary.add(batch, results)
+        for lines, line_nos, results in batches:
+            writer.write_lines(lines)
+            summary.add(line_nos, results)
             if notices is not None:
-                notices.see(batch, results)
+                notices.see(line_nos, results)
             if progress is not None:
-                progress.update(len(batch))
+                progress.update(len(lines))
     except OutputError as err:
         summary.error = str(err)
     except Exception as err:  # noqa: BLE001 - e.g. a Ray actor died: keep what was written

@@ -25,9 +25,11 @@ from .jsonl_io import (
     UsageError,
     check_input,
     check_output,
+    iter_lines,
     progress_bar,
     require_module,
 )
+from .line_pool import line_pool_workers, run_lines
 from .runner import (
     Backend,
     LocalBackend,
@@ -245,15 +247,24 @@ def run_command(args: argparse.Namespace) -> int:
     progress = None
     try:
         writer = JsonlWriter(args.output)
-        items = read_items(
-            args.input, verifier, completion_key=args.completion_key, limit=args.limit
-        )
         if not args.no_progress:
             progress = _progress_bar(args.input, args.limit, args.batch_size)
-        summary = run_verify(
-            args.kind, items, backend, writer, batch_size=args.batch_size, progress=progress,
-            notices=RunNotices(args.input, messages),
-        )
+        notices = RunNotices(args.input, messages)
+        workers = line_pool_workers(verifier) if isinstance(backend, LocalBackend) else 0
+        if workers:
+            summary = run_lines(
+                args.kind, iter_lines(args.input, limit=args.limit), verifier, writer,
+                workers=workers, timeout=verifier.timeout, completion_key=args.completion_key,
+                batch_size=args.batch_size, progress=progress, notices=notices,
+            )
+        else:
+            items = read_items(
+                args.input, verifier, completion_key=args.completion_key, limit=args.limit
+            )
+            summary = run_verify(
+                args.kind, items, backend, writer, batch_size=args.batch_size, progress=progress,
+                notices=notices,
+            )
     finally:
         if progress is not None:
             progress.close()

@@ -19,7 +19,7 @@ from typing import Any
 from .result import Status, VerifyResult
 from .workers import ItemResult, Outcome, WorkerPool
 
-__all__ = ["BatchRunner", "ItemResult", "Outcome", "as_verify_result", "default_workers"]
+__all__ = ["BatchRunner", "ItemResult", "Outcome", "as_verify_result", "chunk_size", "default_workers"]
 
 # Items travel in chunks to amortise the pipe round trip; the pool re-queues the rest of a
 # chunk whose item overran, so only the item that really hangs ends up with TIMEOUT.
@@ -58,7 +58,7 @@ class BatchRunner:
             return []
         if self._pool is None or not self._pool.usable:  # first use, failed, or we were forked
             self._pool = WorkerPool(_no_preparation, self._apply, self.workers, memory_limit_mb=None)
-        size = max(1, min(_MAX_CHUNK, len(items) // (4 * self.workers)))
+        size = chunk_size(len(items), self.workers)
         chunks = []
         for lo in range(0, len(items), size):
             part = list(items[lo : lo + size])
@@ -90,6 +90,11 @@ class BatchRunner:
     def __getstate__(self) -> dict[str, Any]:
         # Live processes stay behind when the runner's owner is sent to another process.
         return {**self.__dict__, "_pool": None}
+
+
+def chunk_size(items: int, workers: int) -> int:
+    """Items per chunk: at least four chunks per worker, at most `_MAX_CHUNK` items each."""
+    return max(1, min(_MAX_CHUNK, items // (4 * max(1, workers))))
 
 
 def default_workers() -> int:

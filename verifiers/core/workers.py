@@ -29,6 +29,7 @@ import enum
 import multiprocessing
 import os
 import pickle
+import select
 import signal
 import socket
 import sys
@@ -118,6 +119,16 @@ class _Worker:
     next_item: int = 0  # position in chunk.items of the item now running
     prepared: bool = False
     deadline: float = 0.0
+    poller: Any = None  # select.poll on conn, made once: Connection.poll builds a selector per call
+
+    def readable(self) -> bool:
+        """Whether a message (or EOF) is waiting on `conn`, without blocking."""
+        if not hasattr(select, "poll"):
+            return bool(self.conn.poll())
+        if self.poller is None:
+            self.poller = select.poll()
+            self.poller.register(self.conn.fileno(), select.POLLIN)
+        return bool(self.poller.poll(0))
 
 
 class _ForkedProcess:
@@ -334,8 +345,14 @@ class WorkerPool:
         total = sum(sizes)
         sink = _Sink([None] * total, total)
         now = time.monotonic()
-        # the worst case: every item of every chunk runs to its limit, `size` at a time
-        worst = sum((size + 1) * limit for size in sizes) / self.size + max(sizes, default=0) * limit
+        # the worst case: every item of every chunk runs to its limit, `size` at a time, after
+        # every chunk already queued or running (they go first) has done the same
+        ahead = sum((len(c.items) + 1) * c.limit for c in list(self._queue))
+        for w in list(self._workers):
+            running = w.chunk
+            if running is not None:
+                ahead += (len(running.items) - w.next_item + 1) * running.limit
+        worst = (ahead + sum((size + 1) * limit for size in sizes)) / self.size + max(sizes, default=0) * limit
         wait_deadline = now + worst + WAIT_GRACE_S
         if call_deadline is not None:
             wait_deadline = min(wait_deadline, call_deadline + WAIT_GRACE_S)
@@ -613,7 +630,7 @@ class WorkerPool:
                         continue
                     w = next(w for w in busy if w.conn is conn)
                     try:
-                        while w.chunk is not None and conn.poll():
+                        while w.chunk is not None and w.readable():
                             self._on_message(w, pickle.loads(conn.recv_bytes()), now)
                     except (EOFError, OSError, pickle.UnpicklingError):
                         self._on_lost(w, Outcome.ERROR, "worker process died")

@@ -98,11 +98,21 @@ class ArgumentSpec:
 
     allowed: list[Any]
     may_omit: bool = False
+    #: per string mode, the normalised allowed strings (a string equals only strings)
+    _strings: dict[StringMatch, frozenset[str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def accepts(self, value: Any, mode: StringMatch) -> bool:
         """True when `value` is allowed; an explicit "" stands for "left out" where that is allowed."""
-        if self.may_omit and isinstance(value, str) and value == OMIT:
-            return True
+        if isinstance(value, str):
+            if self.may_omit and value == OMIT:
+                return True
+            strings = self._strings.get(mode)
+            if strings is None:
+                strings = frozenset(normalize_string(a, mode) for a in self.allowed if isinstance(a, str))
+                self._strings[mode] = strings
+            return normalize_string(value, mode) in strings
         return any(values_equal(value, allowed, mode) for allowed in self.allowed)
 
 

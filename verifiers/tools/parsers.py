@@ -158,11 +158,13 @@ def _snippet(text: str) -> str:
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _CallSyntaxError(f"duplicate JSON key {key!r}")
-        obj[key] = value
+    obj = dict(pairs)
+    if len(obj) < len(pairs):  # rare: find the first repeated key for the message
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _CallSyntaxError(f"duplicate JSON key {key!r}")
+            seen.add(key)
     return obj
 
 
@@ -186,20 +188,26 @@ def _loads_strict(text: str) -> Any:
         raise _CallSyntaxError(f"invalid JSON: {err}") from None
 
 
+def _loads_or_none(text: str) -> Any:
+    """`_loads_strict(text)`, or None where it would raise (the caller then says why)."""
+    try:
+        return _loads_strict(text)
+    except _CallSyntaxError:
+        return None
+
+
 def _depth_exceeds(value: Any, max_depth: int) -> bool:
     """True when containers nest deeper than max_depth (iterative, so never recursion-bound)."""
+    if not isinstance(value, (dict, list)):
+        return False
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
         if depth + 1 > max_depth:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        children = item.values() if isinstance(item, dict) else item
+        # only containers go on the stack: most argument values are scalars
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
 
 
@@ -570,6 +578,12 @@ def _parse_tagged(
             _collect_xml_functions(inner, body, schemas)
             _merge(out, inner, body)
         elif body[0] in "{[":
+            # the common case, one whole JSON object: read it at once (the bracket scan below
+            # would find the same single object)
+            value = _loads_or_none(body) if body[0] == "{" else None
+            if value is not None:
+                out.attempt(body, lambda value=value: _calls_from_json_value(value))
+                continue
             end, _ = _scan_group(body, 0)
             if end < 0 or body[end:].strip():
                 out.attempt(body, lambda body=body: _calls_from_json_value(_loads_strict(body)))

@@ -15,6 +15,7 @@ import jsonschema
 from jsonschema import Draft7Validator, Draft202012Validator
 
 from .parsers import ToolCall
+from .schema_fast import Predicate, compile_valid, draft7_schema_ok
 
 # BFCL's function documents use Python, Java and JavaScript type names; JSON Schema spells them
 # differently ("any"/"Any" means no type constraint).
@@ -91,6 +92,10 @@ class FunctionSpec:
     name: str
     parameters: dict[str, Any]
     validator: Draft202012Validator = field(repr=False)
+    #: True only for arguments jsonschema finds valid (None: the schema needs jsonschema)
+    valid: Predicate | None = field(default=None, repr=False)
+    #: per top-level parameter, the same for its value (filled only when `valid` is set)
+    parameter_valid: dict[str, Predicate] = field(default_factory=dict, repr=False)
 
     @property
     def properties(self) -> dict[str, Any]:
@@ -235,13 +240,21 @@ def _compiled_function(key: str, closed: bool) -> FunctionSpec:
     # Checking a schema against the 2020-12 metaschema costs ~4 ms ($dynamicRef); the Draft 7
     # metaschema checks the same for schemas that use no 2020-12-only keyword, 6x faster.
     checker = Draft202012Validator if any(f'"{k}"' in key for k in _DRAFT_2020_ONLY) else Draft7Validator
-    try:
-        checker.check_schema(parameters)
-    except jsonschema.SchemaError as err:
-        raise ValueError(
-            f"function {fn['name']!r} has an invalid parameters schema: {err.message}"
-        ) from None
-    return FunctionSpec(fn["name"], parameters, Draft202012Validator(parameters))
+    if checker is not Draft7Validator or not draft7_schema_ok(parameters):
+        try:
+            checker.check_schema(parameters)
+        except jsonschema.SchemaError as err:
+            raise ValueError(
+                f"function {fn['name']!r} has an invalid parameters schema: {err.message}"
+            ) from None
+    valid = compile_valid(parameters)
+    per_parameter: dict[str, Predicate] = {}
+    if valid is not None:
+        for name, sub in parameters.get("properties", {}).items():
+            check = compile_valid(sub)
+            if check is not None:
+                per_parameter[name] = check
+    return FunctionSpec(fn["name"], parameters, Draft202012Validator(parameters), valid, per_parameter)
 
 
 def _path(parts: Sequence[Any]) -> str:
@@ -250,6 +263,8 @@ def _path(parts: Sequence[Any]) -> str:
 
 def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIssue]:
     """Validate one call's arguments against its function's parameters schema."""
+    if spec.valid is not None and _known_valid(spec.valid, arguments):
+        return []
     issues: list[SchemaIssue] = []
     closed = spec.parameters.get("additionalProperties") is False
     if closed and not spec.parameters.get("patternProperties"):
@@ -288,6 +303,21 @@ def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list
             kind = Violation.CONSTRAINT
         issues.append(SchemaIssue(kind, where, _short(error.message)))
     return issues[:MAX_ISSUES_PER_CALL]
+
+
+def validate_parameter(spec: FunctionSpec, param: str, value: Any) -> list[SchemaIssue]:
+    """The issues of one top-level parameter's value (its own path only)."""
+    check = spec.parameter_valid.get(param)
+    if check is not None and _known_valid(check, value):
+        return []
+    return [i for i in validate_arguments(spec, {param: value}) if i.path.startswith(f"/{param}")]
+
+
+def _known_valid(check: Predicate, value: Any) -> bool:
+    try:
+        return check(value)
+    except RecursionError:  # jsonschema says what is too deep
+        return False
 
 
 def _short(message: str, limit: int = 200) -> str:

@@ -24,7 +24,7 @@ from .parsers import (
     parse_tool_calls,
     resolve_format,
 )
-from .schema import ToolSchema, Violation, validate_arguments
+from .schema import ToolSchema, Violation, validate_parameter
 
 #: Distinct references a verifier keeps checked (BFCL: about 2,500 questions, in each format).
 _REFERENCE_CACHE = 16384
@@ -54,6 +54,9 @@ class ToolCallVerifier:
     """
 
     kind = "tools"
+    #: `verify` is the whole check, pure and in this process: the CLI may run it per line in
+    #: its own workers (verifiers/cli/line_pool.py) under `timeout`.
+    checks_in_process = True
 
     def __init__(
         self,
@@ -408,7 +411,7 @@ def _check_against_schema(call: ExpectedCall, schema: ToolSchema) -> None:
         for value in arg.allowed:
             if not _concrete(value):
                 continue  # nested allowed values are judged key by key when matched
-            found = [i for i in validate_arguments(spec, {param: value}) if i.path.startswith(f"/{param}")]
+            found = validate_parameter(spec, param, value)
             if found:
                 raise ValueError(
                     f"expected {call.name}({param}={value!r:.60}) breaks the function's own schema "

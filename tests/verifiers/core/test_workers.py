@@ -230,3 +230,20 @@ def test_works_inside_a_daemonic_process() -> None:
 def _pool_in_child(k: int) -> list[int]:
     with WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None) as p:
         return [r.value for r in p.run_chunks([(k, [1, 2, 3])], limit=10.0)[0]]
+
+
+def test_a_submission_queued_behind_slow_work_waits_for_it() -> None:
+    """Callers that keep several submissions in flight (the CLI's line pool): the later one's
+    deadline counts the chunks queued before it, so it gets real results, not time-outs."""
+    p = WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None)
+    try:
+        # 20 items that each run to the limit: about 6 s, more than the 0.3 s item's own
+        # worst case plus the grace period
+        slow = p.submit([(1, ["sleep"] * 20)], limit=0.3)
+        quick = p.submit([(2, [21])], limit=0.3)
+        out = p.wait(quick)
+        assert [(r.outcome, r.value) for r in out[0]] == [(Outcome.OK, 42)]
+        assert [r.outcome for r in p.wait(slow)[0]] == [Outcome.TIMEOUT] * 20
+        assert p.usable
+    finally:
+        p.close()

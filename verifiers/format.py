@@ -211,6 +211,9 @@ class FormatVerifier:
     """
 
     kind = "format"
+    #: `verify` is the whole check, pure and in this process: the CLI may run it per line in
+    #: its own workers (verifiers/cli/line_pool.py) under `timeout`.
+    checks_in_process = True
 
     def __init__(
         self,

@@ -172,3 +172,20 @@ def test_a_pool_that_goes_away_mid_run_is_replaced_and_no_line_is_lost(tmp_path,
     assert summary.error is None and len(statuses) == 41  # 40 lines + the \xff line
     assert statuses[:4] == ["correct"] * 4 and statuses[-5:-1] == ["correct"] * 4  # a new pool
     assert set(statuses[4:12]) <= {"correct", "internal_error"}  # in flight when it stopped
+
+
+def test_format_verifier_lines_through_the_pool_match_in_process(tmp_path):
+    from veristep.verifiers.format import FormatVerifier
+
+    lines = [json.dumps({"completion": c}) for c in
+             ("<think>a</think><answer>1</answer>", "no tags", "<think>b</think>tail", "")]
+    src = _write(tmp_path / "in.jsonl", lines + ['{"no_completion": 1}', "{bad"])
+    here, pooled = tmp_path / "here.jsonl", tmp_path / "pool.jsonl"
+    items = read_items(src, FormatVerifier(workers=0))
+    run_verify("format", items, LocalBackend(FormatVerifier(workers=0)), JsonlWriter(here), batch_size=4)
+    summary = run_lines("format", iter_lines(src), FormatVerifier(workers=2), JsonlWriter(pooled),
+                        workers=2, timeout=10.0, batch_size=4)
+    assert pooled.read_bytes() == here.read_bytes()
+    statuses = [json.loads(line)["veristep"]["status"] for line in pooled.read_text(encoding="utf-8").splitlines()]
+    assert statuses[:4] == ["correct", "format_error", "format_error", "format_error"]
+    assert summary.total == 7 and summary.input_errors == 3

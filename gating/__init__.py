@@ -13,7 +13,7 @@ token_steps (response <-> step <-> token maps), monitors (collapse rates), diffi
 from .dapo import clipped_surrogate, dynamic_sampling_keep, overlong_penalty
 from .difficulty import Difficulty, DifficultyTracker
 from .monitors import collapse_mask, collapse_metrics, collapse_stats
-from .options import Agg, Gate, OutcomeMethod, Std, VirtualValue
+from .options import Agg, Credit, Gate, OutcomeMethod, Std, VirtualValue
 from .outcome import outcome_advantages
 from .prm_outcome import prm_as_outcome_rewards
 from .token_steps import broadcast_to_tokens, steps_to_tokens, token_step_from_offsets
@@ -27,6 +27,7 @@ from .verigate import (
 
 __all__ = [
     "Agg",
+    "Credit",
     "Difficulty",
     "DifficultyTracker",
     "Gate",

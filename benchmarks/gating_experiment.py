@@ -79,6 +79,9 @@ CONDITIONS = {
     # 3-4 steps, operands up to 14 and factors up to 7: between the medium and hard presets.
     "stress": "builtin:arith:min_steps=3,max_steps=4,max_operand=14,max_factor=7",
 }
+#: Step metrics averaged over a run: the credit diagnostic and the advantage coverage.
+DIAGNOSTIC_KEYS = ("gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
+                   "credit/adv_after_error", "credit/adv_answer", "adv/nonzero_frac")
 READING_RULE = ("An arm helps if its paired difference to GRPO (final held-out pass@1 at T = 1, "
                 "over seeds) has a 95 % CI above 0 and it beats the step placebo by >= 1.5 points; "
                 "it hurts if the CI is below 0; otherwise the result is a null, reported with the "
@@ -291,9 +294,7 @@ def collect(arm: str, seed: int, summary: dict[str, Any], out: Path, wall: float
         "train_s": round(sum((r.get("time/step_s") or 0.0) - (r.get("time/eval_s") or 0.0) for r in rows), 1),
         "prm_s": round(sum(r.get("time/prm_s") or 0.0 for r in rows), 1),
         "acr_mean": summary.get("acr_mean"), "final": final, "curve": curve,
-        "diagnostic": {k: mean_of(k) for k in ("gate/first_error_blamed", "credit/adv_on_track",
-                                               "credit/adv_first_error", "credit/adv_after_error",
-                                               "credit/adv_answer", "adv/nonzero_frac")},
+        "diagnostic": {k: mean_of(k) for k in DIAGNOSTIC_KEYS},
         "output_dir": str(out),
     }
 
@@ -379,7 +380,7 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int) -> di
             row["verdict"] = verdict(row["pass@1_vs_grpo"], row.get("pass@1_vs_placebo"))
         for key in ("rollouts", "mc_rollouts", "prm_completions", "optimizer_steps", "train_s", "prm_s", "wall_s"):
             row[key] = statistics.fmean([r[key] for r in rs])
-        row["diagnostic"] = {k: _mean_none([r["diagnostic"][k] for r in rs]) for k in rs[0]["diagnostic"]}
+        row["diagnostic"] = {k: _mean_none([r["diagnostic"].get(k) for r in rs]) for k in DIAGNOSTIC_KEYS}
         if grpo_final is not None and arm in curves:
             c = curves[arm]
             hit = next((x for x, m in zip(c["rollouts"], c["mean"], strict=True)
@@ -415,7 +416,7 @@ def format_tables(summary: dict[str, Any]) -> str:
     lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
               "| non-zero adv. |", "|---" * 7 + "|"]
     for r in summary["rows"]:
-        d = r["diagnostic"]
+        d = {k: r["diagnostic"].get(k) for k in DIAGNOSTIC_KEYS}
         f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
         lines.append(f"| {r['arm']} | {_pct(d['gate/first_error_blamed'])} | {f(d['credit/adv_on_track'])} "
                      f"| {f(d['credit/adv_first_error'])} | {f(d['credit/adv_after_error'])} "
@@ -584,12 +585,16 @@ def main(argv: list[str] | None = None) -> int:
         "reduced": not full, "reading_rule": READING_RULE,
         "settings": {**asdict(settings), "rollout_budget": settings.rollout_budget},
         "arms": arms, "core_arms": core, "seeds": seeds, "extra_seeds": extra_seeds,
-        "arm_fields": {a: trainer_values(settings, a, 0, Path("."), settings.steps, False) for a in arms},
+        "arm_fields": {a: {k: v for k, v in trainer_values(settings, a, 0, Path("."), settings.steps, False).items()
+                           if k not in ("output_dir", "resume", "seed")} for a in arms},
         "final_eval": {"prompts": settings.eval_size, "samples_t1": settings.eval_samples, "greedy": True,
                        "source": "the trainer's held-out evaluation (disjoint from training and the warm "
                                  "start's demonstrations; the same seeds before and after and across arms)"},
         "positive_control": summary["positive_control"], "table": summary["rows"],
-        "curves": summary["curves"], "markdown": tables, "runs": records,
+        "curves": summary["curves"], "markdown": tables,
+        # run folders are machine-local scratch: the records keep the run's name only
+        "runs": [{**{k: v for k, v in r.items() if k != "output_dir"}, "run": Path(r.get("output_dir", r.get("run", ""))).name}
+                 for r in records],
         "total_seconds": round(time.perf_counter() - t0, 1), "jobs": args.jobs,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
                     "load_average_at_end": list(os.getloadavg())},

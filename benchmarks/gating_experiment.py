@@ -494,6 +494,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--probe-credit", default=d.probe_credit, choices=("suffix", "min", "progress"),
                    help="credit form of the placebo, mc and oracle arms (chosen before the run)")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps; budget = steps x prompts x G")
+    p.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step)
+    p.add_argument("--group-size", type=int, default=d.group_size)
     p.add_argument("--eval-size", type=int, default=d.eval_size, help="held-out prompts of the final evaluation")
     p.add_argument("--eval-samples", type=int, default=d.eval_samples)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval, help="steps between curve points")
@@ -532,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     core = [a.strip() for a in args.arms.split(",") if a.strip()]
     extra = [a.strip() for a in args.extra_arms.split(",") if a.strip() and a.strip() not in core]
     settings = Settings(dataset=CONDITIONS[args.condition], steps=args.steps, eval_size=args.eval_size,
+                        prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                         eval_samples=args.eval_samples, eval_interval=args.eval_interval,
                         probe_credit=args.probe_credit, warmstart_dir=args.warmstart_dir, device=args.device,
                         overrides=_overrides(args.set))

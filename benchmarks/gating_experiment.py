@@ -455,11 +455,17 @@ def plot(summary: dict[str, Any], path: Path, title: str) -> None:
         lo, hi = d["ci95"]
         mean = 100 * d["mean"]
         if lo is not None:
-            axes[1].errorbar(j, mean, yerr=[[mean - 100 * lo], [100 * hi - mean]], fmt="o", capsize=4, color="k")
+            axes[1].errorbar(j, mean, yerr=[[mean - 100 * lo], [100 * hi - mean]], fmt="o", capsize=4, color="k",
+                             label="95% CI, t over seeds" if j == 0 else None)
+        if d["eval_noise_se"] is not None:  # the evaluation's share of the noise alone (prompts as the unit)
+            axes[1].errorbar(j + 0.15, mean, yerr=196 * d["eval_noise_se"], fmt="s", capsize=3, color="C0",
+                             label="95% CI, evaluation noise only" if j == 0 else None)
         axes[1].plot([j] * len(d["diffs"]), [100 * x for x in d["diffs"]], "x", color="C3", alpha=0.7)
     axes[1].axhline(0, color="grey", lw=1)
     axes[1].set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=30, fontsize=8)
-    axes[1].set(ylabel="points", title="final pass@1 minus GRPO (paired by seed; x = seeds, bar = 95% CI)")
+    axes[1].set(ylabel="points", title="final pass@1 minus GRPO (paired by seed; x = single seeds)")
+    if rows:
+        axes[1].legend(fontsize=7)
     names = [r["arm"] for r in summary["rows"]]
     blamed = [100 * (r["diagnostic"]["gate/first_error_blamed"] or 0.0) for r in summary["rows"]]
     axes[2].bar(range(len(names)), blamed, color=[f"C{i}" for i in range(len(names))])

@@ -1,34 +1,43 @@
-"""Built-in experiment: does VeriGate recover learning signal where GRPO groups collapse?
+"""Does step supervision help? Arms against GRPO at equal rollout budgets, paired by seed.
 
-Runs the trainer (`veristep.train.gated_grpo.train`) on the built-in step-wise arithmetic
-task from the shared warm start, once per advantage method and seed, with the same budget of
-training rollouts for every method:
+Trains the built-in warm start on the built-in step-wise arithmetic task with the trainer
+(`veristep.train.gated_grpo.train`, its default recipe: medium level, G = 4 x 16 prompts, lr 3e-5,
+150 steps), once per arm and seed. Arms (`--arms`; `--probe-credit` is the credit form of the
+placebo, Monte-Carlo and oracle arms):
 
-    verigate  outcome GRPO on mixed groups, rule-PRM step advantages on all-wrong groups
-    grpo      group-normalised outcome advantage (collapsed groups give no gradient)
-    dr_grpo   mean-centred outcome advantage, constant loss normaliser (loss dr-grpo)
-    dapo      dynamic sampling: resample until the batch has mixed groups (costs rollouts)
-    avspo     a virtual opposite-label sample in collapsed groups
-    sign      A = 2r - 1, no group statistics
+    grpo            outcome GRPO (the positive control: it must gain >= 5 points)
+    suffix          VeriGate, rule PRM, suffix-sum credit (VeriGate as specified)
+    min             VeriGate, rule PRM, PURE min-form credit
+    progress        VeriGate, rule PRM, progress credit (drop of the running minimum)
+    placebo         VeriGate, rule PRM, probe credit, step scores permuted within each gated group
+    mc              VeriGate, Monte-Carlo step values (mc:k=4), probe credit
+    oracle          VeriGate, exact oracle step labels, probe credit
+    oracle_eps0.2   the same with 20 % of the labels flipped (and oracle_eps0.4: 40 %)
+    avspo, sign, dapo   outcome-only alternatives
 
-Every method optimises the clip-higher objective (eps 0.2/0.28); all but dr_grpo (and wapo,
-when asked for) aggregate by token-mean (loss dapo-clip-higher). Each run records its
-advantage estimator and its loss apart.
+Equal budgets: every arm may use steps x prompts x G rollouts; arms that spend extra rollouts
+(DAPO's resampling, the Monte-Carlo continuations) train in chunks (`--resume`) until the budget
+is spent, so they take fewer optimizer steps. Seeds pair the arms: seed s gives every arm the same
+warm start, data order, sampling seeds and held-out evaluation (common random numbers).
 
-DAPO spends extra rollouts per optimizer step, so for an equal budget it takes fewer steps:
-it runs in chunks (the trainer's `--resume`) until its rollouts reach the budget.
+Statistics per arm against GRPO, over seeds: the paired mean difference of the final held-out
+pass@1 (T = 1) and greedy accuracy, its 95 % CI (t over seeds), and the exact two-sided sign-flip
+permutation p-value; the eval-noise SE (prompts as the unit, within seeds) beside it. The reading
+rule is fixed in docs/experiment.md before the runs.
 
-Writes benchmarks/results/gating_experiment.json (every run's summary and curves, plus the
-table) and gating_experiment.png (held-out accuracy against rollouts, ACR and non-zero
-advantage fraction per step; mean and min-max band over seeds), and prints the table.
+Writes benchmarks/results/gating_experiment.json and .png (learning curves of held-out pass@1
+against rollouts consumed, with 95 % CIs; paired differences; the credit diagnostic).
 
-    python benchmarks/gating_experiment.py                # the full comparison (see --help)
-    python benchmarks/gating_experiment.py --quick        # a smoke run of a few seconds a run
+    python benchmarks/gating_experiment.py                       # the full design (hours on a CPU)
+    python benchmarks/gating_experiment.py --arms grpo,suffix,progress,placebo,oracle --seeds 2 \\
+        --eval-size 500 --eval-interval 75                     # a reduced run
+    python benchmarks/gating_experiment.py --quick               # smoke run, seconds a run
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -43,349 +52,428 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-METHODS: tuple[str, ...] = ("verigate", "grpo", "dr_grpo", "dapo", "avspo", "sign")
-#: Named variants: a trainer advantage method plus fields that differ from the defaults
-#: (any other name runs that advantage with the default loss, dapo-clip-higher).
-VARIANTS: dict[str, dict[str, Any]] = {
-    # Step scores mapped to 2p-1, so a neutral step (the "Answer:" line) adds nothing to the
-    # suffix sums instead of always ranking last (see the gating spec's note on suffix sums).
-    "verigate_centred": {"advantage": "verigate", "centre_scores": True},
-    # Dr. GRPO's constant normaliser, with the clip range all methods here share.
-    "dr_grpo": {"advantage": "dr_grpo", "loss": "dr-grpo", "eps_high": 0.28},
-    # WAPO's divisor (groups with a winner); its preset keeps the shared clip range.
-    "wapo": {"advantage": "wapo", "loss": "wapo"},
-}
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = REPO / "benchmarks" / "results" / "gating_experiment"
 
+#: Arm name -> trainer fields. PROBE_ARMS also take the probe credit form.
+ARMS: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage": "grpo"},
+    "suffix": {"advantage": "verigate", "prm": "rule", "credit": "suffix"},
+    "min": {"advantage": "verigate", "prm": "rule", "credit": "min"},
+    "progress": {"advantage": "verigate", "prm": "rule", "credit": "progress"},
+    "placebo": {"advantage": "verigate", "prm": "rule", "placebo": "steps"},
+    "mc": {"advantage": "verigate", "prm": "mc:k=4"},
+    "oracle": {"advantage": "verigate", "prm": "oracle"},
+    "oracle_eps0.2": {"advantage": "verigate", "prm": "oracle:eps=0.2"},
+    "oracle_eps0.4": {"advantage": "verigate", "prm": "oracle:eps=0.4"},
+    "avspo": {"advantage": "avspo"},
+    "sign": {"advantage": "sign"},
+    "dapo": {"advantage": "dapo"},
+}
+PROBE_ARMS = ("placebo", "mc", "oracle", "oracle_eps0.2", "oracle_eps0.4")
+#: Arms that spend rollouts beyond the batch (they train in chunks up to the budget).
+COSTLY_ARMS = ("mc", "dapo")
+#: Datasets of the two conditions: the default recipe's level, and a harder mix.
+CONDITIONS = {
+    "medium": "builtin:arith:level=medium",
+    # 3-4 steps, operands up to 14 and factors up to 7: between the medium and hard presets.
+    "stress": "builtin:arith:min_steps=3,max_steps=4,max_operand=14,max_factor=7",
+}
+#: Step metrics averaged over a run: the credit diagnostic and the advantage coverage.
+DIAGNOSTIC_KEYS = ("gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
+                   "credit/adv_after_error", "credit/adv_answer", "adv/nonzero_frac")
+READING_RULE = ("An arm helps if its paired difference to GRPO (final held-out pass@1 at T = 1, "
+                "over seeds) has a 95 % CI above 0 and it beats the step placebo by >= 1.5 points; "
+                "it hurts if the CI is below 0; otherwise the result is a null, reported with the "
+                "CI as the size of effect it excludes. The experiment counts only if GRPO's own gain "
+                "(positive control) is >= 5 points.")
+#: Two-sided 97.5 % quantiles of Student's t for 1..30 degrees of freedom (scipy is not a dependency).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042)
+
 
 @dataclass
-class ExperimentSettings:
-    """What every run of the comparison shares (all methods, all seeds)."""
+class Settings:
+    """What every run shares; None keeps the trainer's default (its recipe)."""
 
-    steps: int = 24
-    group_size: int = 8
-    prompts_per_step: int = 8
-    dataset: str = "builtin:arith"
-    train_size: int = 2000
-    eval_size: int = 64
+    dataset: str = CONDITIONS["medium"]
+    steps: int = 150
+    group_size: int = 4
+    prompts_per_step: int = 16
+    eval_size: int = 1000
     eval_samples: int = 4
-    eval_interval: int = 6
-    max_completion_len: int = 100
-    lr: float = 1e-4
-    temperature: float = 1.0
+    eval_interval: int = 50
+    probe_credit: str = "progress"
     warmstart_dir: str = "runs/warmstart"
-    #: extra trainer fields (name -> value) applied to every run
+    device: str = "cpu"
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rollout_budget(self) -> int:
-        """Training rollouts (completions) each run may use."""
+        """Training rollouts each run may use (MC continuations and DAPO resamples included)."""
         return self.steps * self.prompts_per_step * self.group_size
 
 
-@dataclass
-class RunResult:
-    """One (method, seed) run: the trainer's summary, its curves and the compute it used."""
-
-    method: str
-    seed: int
-    accuracy_before: float | None
-    accuracy_after: float | None
-    pass_g_after: float | None
-    acr_mean: float | None
-    nonzero_frac_mean: float | None
-    optimizer_steps: int
-    rollouts: int
-    completion_tokens: int
-    prm_completions: int
-    wall_s: float
-    train_s: float
-    trainer_calls: int
-    #: per step: step, rollouts (cumulative), acr, nonzero_frac, reward_mean, pass@1 (eval steps)
-    curve: list[dict[str, Any]]
-    output_dir: str
-    #: larger held-out check of the final model (see `final_eval`), filled in after training
-    final_eval: dict[str, float] | None = None
-    #: the estimator and the objective of the run, apart (None in records from before the split)
-    advantage: str | None = None
-    loss: str | None = None
-    #: the objective as resolved by the trainer: eps_low, eps_high, loss_agg, loss_constant
-    loss_settings: dict[str, Any] | None = None
+# ------------------------------------------------------------------------------------------
+# Statistics (pure functions; tested in tests/gating/test_experiment_stats.py)
 
 
-def _trainer_config(settings: ExperimentSettings, method: str, seed: int, out: Path, steps: int, resume: bool):
-    """The trainer Config of one run (or one DAPO chunk)."""
-    from veristep.train.config import make_config
-
-    variant = VARIANTS.get(method, {"advantage": method})
-    values = dict(
-        seed=seed, steps=steps, resume=resume, output_dir=str(out),
-        group_size=settings.group_size, prompts_per_step=settings.prompts_per_step,
-        dataset=settings.dataset, train_size=settings.train_size, eval_size=settings.eval_size,
-        eval_samples=settings.eval_samples, eval_interval=settings.eval_interval,
-        max_completion_len=settings.max_completion_len, lr=settings.lr,
-        temperature=settings.temperature, warmstart_dir=settings.warmstart_dir,
-        checkpoint_interval=0, keep_checkpoints=1, progress=False, log_every=10**9,
-        device="cpu",
-    )
-    values.update(variant)
-    values.update(settings.overrides)
-    return make_config(**values)
+def t975(df: int) -> float:
+    """Student's t 97.5 % quantile (df >= 1; the normal 1.96 beyond the table)."""
+    if df < 1:
+        return math.nan
+    return T975[df - 1] if df <= len(T975) else 1.96
 
 
-def _fill_objective(run: RunResult, settings: ExperimentSettings, runs_dir: Path) -> None:
-    """Name the advantage and loss of a run recorded without them, from its method's variant.
+def mean_ci95(values: list[float]) -> dict[str, Any]:
+    """Mean, sample sd, n and the 95 % t-interval of the mean (None bounds for n < 2)."""
+    n = len(values)
+    if not n:
+        return {"mean": None, "sd": None, "n": 0, "ci95": [None, None]}
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"mean": mean, "sd": None, "n": 1, "ci95": [None, None]}
+    sd = statistics.stdev(values)
+    half = t975(n - 1) * sd / math.sqrt(n)
+    return {"mean": mean, "sd": sd, "n": n, "ci95": [mean - half, mean + half]}
 
-    Exact for runs of this script: each variant reproduces the loss its method ran with
-    before the trainer named estimator and loss apart.
+
+def sign_flip_p(diffs: list[float]) -> float | None:
+    """Exact two-sided sign-flip permutation p-value of mean(diffs) = 0 (all 2^n sign vectors).
+
+    With n pairs the smallest possible value is 2 / 2^n (0.5 for 2 seeds, 1/32 for 6).
     """
-    cfg = _trainer_config(settings, run.method, run.seed, runs_dir / "check", 1, False)
-    run.advantage, run.loss = cfg.advantage, cfg.loss
-    run.loss_settings = cfg.loss_settings().to_dict()
+    n = len(diffs)
+    if not n or n > 20:
+        return None
+    observed = abs(sum(diffs))
+    hits = sum(abs(sum(s * d for s, d in zip(signs, diffs, strict=True))) >= observed - 1e-12
+               for signs in itertools.product((1, -1), repeat=n))
+    return hits / 2**n
 
 
-def run_method(settings: ExperimentSettings, method: str, seed: int, out_root: Path) -> RunResult:
-    """Train one method with one seed within the rollout budget; return its result."""
-    from veristep.train.gated_grpo import train
-
-    out = out_root / f"{method}-seed{seed}"
-    shutil.rmtree(out, ignore_errors=True)
-    budget, per_step = settings.rollout_budget, settings.prompts_per_step * settings.group_size
-    t0 = time.perf_counter()
-    calls = 0
-    if VARIANTS.get(method, {}).get("advantage", method) != "dapo":
-        summary = train(_trainer_config(settings, method, seed, out, settings.steps, resume=False))
-        calls = 1
-    else:
-        # Dynamic sampling makes a step cost between 1x and (1 + rounds)x a batch: train in
-        # chunks sized by the cost seen so far, stopping when the next step would not fit.
-        steps_done, used, summary = 0, 0, {}
-        while True:
-            rate = used / steps_done if steps_done else 2.0 * per_step
-            remaining = budget - used
-            if remaining < rate or remaining < per_step:
-                break
-            chunk = max(1, int(0.8 * remaining / rate))
-            summary = train(_trainer_config(
-                settings, method, seed, out, steps_done + chunk, resume=steps_done > 0))
-            calls += 1
-            steps_done, used = int(summary["steps"]), int(summary["rollouts"])
-    wall = time.perf_counter() - t0
-    return _collect(method, seed, summary, out, wall, calls)
+def eval_noise_se(per_seed_diffs: list[list[float]]) -> float | None:
+    """SE of the mean paired difference from the evaluation alone (prompts as the unit, per seed)."""
+    parts = []
+    for diffs in per_seed_diffs:
+        if len(diffs) > 1:
+            parts.append(statistics.variance(diffs) / len(diffs))
+    if not parts:
+        return None
+    return math.sqrt(sum(parts)) / len(parts)
 
 
-def _collect(method: str, seed: int, summary: dict[str, Any], out: Path, wall: float, calls: int) -> RunResult:
-    """Read the run's metrics.jsonl into curves and totals."""
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    curve = [
-        {
-            "step": r.get("step"),
-            "rollouts": r.get("train/rollouts_total"),
-            "acr": r.get("gate/acr"),
-            "nonzero_frac": r.get("adv/nonzero_frac"),
-            "reward_mean": r.get("reward/mean"),
-            "gated_groups": r.get("gate/gated_groups"),
-            "pass@1": r.get("eval/pass@1"),
-        }
-        for r in rows
-    ]
-    nonzero = [c["nonzero_frac"] for c in curve if c["nonzero_frac"] is not None]
-    train_s = sum((r.get("time/step_s") or 0.0) - (r.get("time/eval_s") or 0.0) for r in rows)
-    return RunResult(
-        method=method, seed=seed,
-        accuracy_before=summary.get("accuracy_before"), accuracy_after=summary.get("accuracy_after"),
-        pass_g_after=summary.get("pass@G_after"), acr_mean=summary.get("acr_mean"),
-        nonzero_frac_mean=statistics.fmean(nonzero) if nonzero else None,
-        optimizer_steps=int(summary.get("steps", 0)), rollouts=int(summary.get("rollouts", 0)),
-        completion_tokens=int(summary.get("completion_tokens", 0)),
-        prm_completions=int(summary.get("prm_completions", 0)),
-        wall_s=round(wall, 1), train_s=round(train_s, 1), trainer_calls=calls,
-        curve=curve, output_dir=str(out), advantage=summary.get("advantage"),
-        loss=summary.get("loss"), loss_settings=summary.get("loss_settings"),
-    )
-
-
-def final_model_dir(output_dir: str | Path) -> Path | None:
-    """The model folder of a run's last complete checkpoint."""
-    ckpts = sorted(Path(output_dir).glob("checkpoints/step-*/model"))
-    return ckpts[-1] if ckpts else None
-
-
-def final_eval(model_dir: str | Path, tokenizer_dir: str | Path, n: int, seed: int = 777,
-               samples: int = 2, max_new_tokens: int = 100) -> dict[str, float]:
-    """Exact-answer accuracy of a model on `n` fresh problems: greedy, and at temperature 1.
-
-    Independent of the trainer's own evaluation: other prompts, more of them, the task's
-    exact checker, and the same sampling seeds for every model.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from veristep.train.demo.task import check_completion, make_problems
-    from veristep.train.demo.warmstart import generate_completions
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    problems = make_problems(n, seed=seed)
-    prompts = [p["prompt"] for p in problems]
-    out = {}
-    for name, temperature, reps in (("greedy", 0.0, 1), ("t1", 1.0, samples)):
-        hits = []
-        for rep in range(reps):
-            completions = generate_completions(model, tokenizer, prompts, temperature, max_new_tokens, seed=rep)
-            hits += [check_completion(c, p["answer"]).correct
-                     for c, p in zip(completions, problems, strict=True)]
-        out[name] = sum(hits) / len(hits)
+def paired(runs_a: dict[int, dict[str, Any]], runs_b: dict[int, dict[str, Any]], key: str) -> dict[str, Any]:
+    """Arm a minus arm b on `key` ("pass@1" or "greedy"), paired by seed."""
+    seeds = sorted(set(runs_a) & set(runs_b))
+    diffs, per_prompt = [], []
+    for s in seeds:
+        a, b = runs_a[s]["final"], runs_b[s]["final"]
+        if a.get(key) is None or b.get(key) is None:
+            continue
+        diffs.append(a[key] - b[key])
+        pa, pb = a.get(f"{key}_per_prompt"), b.get(f"{key}_per_prompt")
+        if pa and pb and len(pa) == len(pb):
+            per_prompt.append([x - y for x, y in zip(pa, pb, strict=True)])
+    out = mean_ci95(diffs)
+    out.update({"seeds": seeds, "diffs": diffs, "p_sign_flip": sign_flip_p(diffs),
+                "eval_noise_se": eval_noise_se(per_prompt)})
     return out
 
 
-def _final_eval_job(job: tuple[str, str, int]) -> dict[str, float]:
-    """Worker entry point for `final_eval` with one torch thread."""
-    import torch
-
-    torch.set_num_threads(1)
-    model_dir, tokenizer_dir, n = job
-    return final_eval(model_dir, tokenizer_dir, n)
-
-
-def _run_job(job: tuple[ExperimentSettings, str, int, str, int]) -> RunResult:
-    """Worker entry point: one run, with its own torch thread count."""
-    settings, method, seed, out_root, threads = job
-    import torch
-
-    torch.set_num_threads(threads)
-    result = run_method(settings, method, seed, Path(out_root))
-    print(f"  done {method:9s} seed {seed}: held-out pass@1 {_fmt(result.accuracy_before)} -> "
-          f"{_fmt(result.accuracy_after)}, ACR {_fmt(result.acr_mean)}, {result.rollouts} rollouts, "
-          f"{result.wall_s:.0f} s", flush=True)
-    return result
+def verdict(vs_grpo: dict[str, Any], vs_placebo: dict[str, Any] | None) -> str:
+    """The reading rule (READING_RULE) applied to one arm."""
+    lo, hi = vs_grpo["ci95"]
+    if lo is None:
+        return "too few seeds for a CI"
+    if lo > 0 and vs_placebo is not None and (vs_placebo["mean"] or 0) >= 0.015:
+        return "helps"
+    if lo > 0:
+        return "above GRPO, but not >= 1.5 points over the placebo"
+    if hi < 0:
+        return "hurts"
+    return f"null: CI [{100 * lo:+.1f}, {100 * hi:+.1f}] points"
 
 
 # ------------------------------------------------------------------------------------------
-# Aggregation, table, plot
+# Runs
 
 
-def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
-    """Mean and sample std (ddof=1) of the non-missing values."""
-    xs = [v for v in values if v is not None]
-    if not xs:
-        return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+def trainer_values(settings: Settings, arm: str, seed: int, out: Path, steps: int, resume: bool) -> dict[str, Any]:
+    """Trainer fields of one run (or one chunk of a costly arm)."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    values = dict(seed=seed, steps=steps, resume=resume, output_dir=str(out), dataset=settings.dataset,
+                  group_size=settings.group_size, prompts_per_step=settings.prompts_per_step,
+                  eval_size=settings.eval_size, eval_samples=settings.eval_samples,
+                  eval_interval=settings.eval_interval, warmstart_dir=settings.warmstart_dir,
+                  device=settings.device, checkpoint_interval=0, keep_checkpoints=1, progress=False,
+                  log_every=10**9)
+    values.update(ARMS[arm])
+    if arm in PROBE_ARMS:
+        values["credit"] = settings.probe_credit
+    values.update(settings.overrides)
+    return values
 
 
-def summarise(results: list[RunResult], methods: list[str]) -> list[dict[str, Any]]:
-    """One row per method: mean and spread over seeds of accuracy, ACR, and compute used."""
+def run_arm(settings: Settings, arm: str, seed: int, out_root: Path) -> dict[str, Any]:
+    """Train one arm with one seed within the rollout budget; return its record."""
+    from veristep.train.config import make_config
+    from veristep.train.gated_grpo import train
+
+    out = out_root / f"{arm}-seed{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    budget, per_step = settings.rollout_budget, settings.prompts_per_step * settings.group_size
+    t0 = time.perf_counter()
+    if arm not in COSTLY_ARMS:
+        summary = train(make_config(**trainer_values(settings, arm, seed, out, settings.steps, False)))
+        calls = 1
+    else:
+        # A step costs between 1x and several x a batch: chunks sized by the cost so far, stopping
+        # when the next step would not fit (the first chunk is short to measure the cost).
+        done, used, calls, summary = 0, 0, 0, {}
+        while True:
+            rate = used / done if done else 3.0 * per_step
+            left = budget - used
+            if left < rate or left < per_step:
+                break
+            chunk = max(1, int(0.8 * left / rate)) if done else max(1, settings.steps // 10)
+            summary = train(make_config(**trainer_values(settings, arm, seed, out, done + chunk, done > 0)))
+            calls += 1
+            done, used = int(summary["steps"]), int(summary["rollouts"])
+    return collect(arm, seed, summary, out, time.perf_counter() - t0, calls)
+
+
+def _final_eval(out: Path) -> dict[str, Any]:
+    """Per-prompt results of the run's last evaluation, read from its checkpoint."""
+    import torch
+    from veristep.train.checkpoint import latest_checkpoint
+    from veristep.train.evaluate import EvalResult
+
+    ckpt = latest_checkpoint(out)
+    state = torch.load(ckpt / "trainer.pt", weights_only=False) if ckpt else {}
+    res = {}
+    for name in ("eval_before", "last_eval"):
+        s = state.get(name)
+        if isinstance(s, dict) and "correct" in s:
+            ev = EvalResult.from_state(s)
+            res[name] = {"prompts": ev.prompts, "samples": ev.samples,
+                         "pass@1_per_prompt": [c / ev.samples for c in ev.correct],
+                         "greedy_per_prompt": list(ev.greedy) if ev.greedy is not None else None}
+    return res
+
+
+def collect(arm: str, seed: int, summary: dict[str, Any], out: Path, wall: float, calls: int) -> dict[str, Any]:
+    """One run's record: final accuracies (with per-prompt results), curve, diagnostic, cost."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    curve = [{"step": 0, "rollouts": 0, "pass@1": summary.get("accuracy_before"),
+              "pass@1_se": summary.get("accuracy_before_se")}]
+    curve += [{"step": r["step"], "rollouts": r.get("train/rollouts_total"), "pass@1": r["eval/pass@1"],
+               "pass@1_se": r.get("eval/pass@1_se")} for r in rows if r.get("eval/pass@1") is not None]
+
+    def mean_of(key: str) -> float | None:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.fmean(vals) if vals else None
+
+    evals = _final_eval(out)
+    after, before = evals.get("last_eval", {}), evals.get("eval_before", {})
+    final = {"pass@1": summary.get("accuracy_after"), "greedy": summary.get("greedy_after"),
+             "pass@1_before": summary.get("accuracy_before"), "greedy_before": summary.get("greedy_before"),
+             "prompts": summary.get("eval_prompts"), "samples": summary.get("eval_samples"),
+             "pass@1_per_prompt": after.get("pass@1_per_prompt"),
+             "greedy_per_prompt": after.get("greedy_per_prompt"),
+             "pass@1_before_per_prompt": before.get("pass@1_per_prompt")}
+    return {
+        "arm": arm, "seed": seed, "advantage": summary.get("advantage"), "prm": summary.get("prm"),
+        "credit": summary.get("credit"), "placebo": summary.get("placebo"),
+        "optimizer_steps": int(summary.get("steps", 0)), "rollouts": int(summary.get("rollouts", 0)),
+        "mc_rollouts": int(summary.get("mc_rollouts", 0)), "prm_completions": int(summary.get("prm_completions", 0)),
+        "completion_tokens": int(summary.get("completion_tokens", 0)),
+        "wall_s": round(wall, 1), "trainer_calls": calls,
+        "train_s": round(sum((r.get("time/step_s") or 0.0) - (r.get("time/eval_s") or 0.0) for r in rows), 1),
+        "prm_s": round(sum(r.get("time/prm_s") or 0.0 for r in rows), 1),
+        "acr_mean": summary.get("acr_mean"), "final": final, "curve": curve,
+        "diagnostic": {k: mean_of(k) for k in DIAGNOSTIC_KEYS},
+        "output_dir": str(out),
+    }
+
+
+def _run_job(job: tuple[Settings, str, int, str]) -> dict[str, Any]:
+    """Worker entry point: one run on one torch thread."""
+    settings, arm, seed, out_root = job
+    import torch
+
+    torch.set_num_threads(1)
+    rec = run_arm(settings, arm, seed, Path(out_root))
+    # Each record is kept beside its run, so a stopped experiment can still be aggregated (--from-runs).
+    (Path(rec["output_dir"]) / "record.json").write_text(json.dumps(rec))
+    f = rec["final"]
+    print(f"  done {arm:14s} seed {seed}: pass@1 {_pct(f['pass@1_before'])} -> {_pct(f['pass@1'])}, greedy "
+          f"{_pct(f['greedy_before'])} -> {_pct(f['greedy'])}, {rec['rollouts']} rollouts, {rec['wall_s']:.0f} s",
+          flush=True)
+    return rec
+
+
+# ------------------------------------------------------------------------------------------
+# Aggregation
+
+
+def _pct(v: float | None, digits: int = 1, sign: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{100 * v:+.{digits}f}" if sign else f"{100 * v:.{digits}f}"
+
+
+def learning_curve(runs: list[dict[str, Any]], grid: list[float]) -> dict[str, list[float | None]]:
+    """Mean pass@1 on a grid of rollouts with a 95 % CI: t over seeds (n >= 3), else eval noise."""
+    import numpy as np
+
+    ys, ses = [], []
+    for r in runs:
+        pts = [c for c in r["curve"] if c["pass@1"] is not None and c["rollouts"] is not None]
+        xs = [float(c["rollouts"]) for c in pts]
+        ys.append(np.interp(grid, xs, [c["pass@1"] for c in pts], right=np.nan))
+        ses.append(np.interp(grid, xs, [c["pass@1_se"] or 0.0 for c in pts], right=np.nan))
+    y, se = np.array(ys), np.array(ses)
+    mean = np.nanmean(y, 0)
+    n = len(runs)
+    if n >= 3:
+        half = t975(n - 1) * np.nanstd(y, 0, ddof=1) / math.sqrt(n)
+        kind = "t over seeds"
+    else:
+        half = 1.96 * np.sqrt(np.nanmean(se**2, 0) / n)
+        kind = "evaluation noise only (fewer than 3 seeds)"
+    clean = lambda a: [None if not np.isfinite(v) else float(v) for v in a]  # noqa: E731
+    return {"rollouts": list(grid), "mean": clean(mean), "lo": clean(mean - half), "hi": clean(mean + half),
+            "ci": kind}
+
+
+def summarise(records: list[dict[str, Any]], arms: list[str], budget: int) -> dict[str, Any]:
+    """Per-arm table, paired statistics against GRPO and the placebo, positive control, curves."""
+    by_arm = {a: {r["seed"]: r for r in records if r["arm"] == a} for a in arms}
+    grid = [budget * i / 30 for i in range(31)]
+    curves = {a: learning_curve(list(runs.values()), grid) for a, runs in by_arm.items() if runs}
+    grpo = by_arm.get("grpo", {})
+    grpo_final = statistics.fmean([r["final"]["pass@1"] for r in grpo.values()]) if grpo else None
+    gains = [r["final"]["pass@1"] - r["final"]["pass@1_before"] for r in grpo.values()]
+    greedy_gains = [r["final"]["greedy"] - r["final"]["greedy_before"] for r in grpo.values()
+                    if r["final"]["greedy"] is not None]
+    control = {**mean_ci95(gains), "p_sign_flip": sign_flip_p(gains), "greedy": mean_ci95(greedy_gains),
+               "required": 0.05, "passed": bool(gains) and statistics.fmean(gains) >= 0.05}
     rows = []
-    grpo = {r.seed: r for r in results if r.method == "grpo"}
-    for method in methods:
-        runs = [r for r in results if r.method == method]
+    for arm in arms:
+        runs = by_arm[arm]
         if not runs:
             continue
-        row: dict[str, Any] = {"method": method, "advantage": runs[0].advantage,
-                               "loss": runs[0].loss, "seeds": len(runs)}
-        for key in ("accuracy_before", "accuracy_after", "pass_g_after", "acr_mean",
-                    "nonzero_frac_mean", "rollouts", "completion_tokens", "prm_completions",
-                    "optimizer_steps", "wall_s", "train_s"):
-            row[f"{key}_mean"], row[f"{key}_std"] = _mean_std([getattr(r, key) for r in runs])
-        gains = [r.accuracy_after - r.accuracy_before for r in runs
-                 if r.accuracy_after is not None and r.accuracy_before is not None]
-        for mode in ("greedy", "t1"):
-            row[f"final_{mode}_mean"], row[f"final_{mode}_std"] = _mean_std(
-                [r.final_eval[mode] if r.final_eval else None for r in runs])
-        row["gain_mean"], row["gain_std"] = _mean_std(gains)
-        row["gain_min"], row["gain_max"] = (min(gains), max(gains)) if gains else (None, None)
-        # Paired with GRPO on the same seed (same warm start, data order and eval prompts).
-        paired = [r.accuracy_after - grpo[r.seed].accuracy_after for r in runs
-                  if r.seed in grpo and r.accuracy_after is not None
-                  and grpo[r.seed].accuracy_after is not None]
-        row["vs_grpo_mean"], row["vs_grpo_std"] = _mean_std(paired)
+        rs = list(runs.values())
+        row: dict[str, Any] = {"arm": arm, "seeds": sorted(runs), **{k: rs[0][k] for k in ("advantage", "prm", "credit", "placebo")}}
+        for key in ("pass@1", "greedy"):
+            row[f"{key}_after"] = mean_ci95([r["final"][key] for r in rs if r["final"][key] is not None])
+            row[f"{key}_gain"] = mean_ci95([r["final"][key] - r["final"][f"{key}_before"] for r in rs
+                                           if r["final"][key] is not None])
+            if grpo and arm != "grpo":
+                row[f"{key}_vs_grpo"] = paired(runs, grpo, key)
+            if "placebo" in by_arm and by_arm["placebo"] and arm not in ("placebo", "grpo"):
+                row[f"{key}_vs_placebo"] = paired(runs, by_arm["placebo"], key)
+        if "pass@1_vs_grpo" in row:
+            row["verdict"] = verdict(row["pass@1_vs_grpo"], row.get("pass@1_vs_placebo"))
+        for key in ("rollouts", "mc_rollouts", "prm_completions", "optimizer_steps", "train_s", "prm_s", "wall_s"):
+            row[key] = statistics.fmean([r[key] for r in rs])
+        row["diagnostic"] = {k: _mean_none([r["diagnostic"].get(k) for r in rs]) for k in DIAGNOSTIC_KEYS}
+        if grpo_final is not None and arm in curves:
+            c = curves[arm]
+            hit = next((x for x, m in zip(c["rollouts"], c["mean"], strict=True)
+                        if m is not None and m >= grpo_final), None)
+            row["rollouts_to_grpo_final"] = hit
         rows.append(row)
-    return rows
+    return {"rows": rows, "positive_control": control, "curves": curves, "grpo_final_pass@1": grpo_final}
 
 
-def _fmt(value: float | None, pct: bool = True, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{100 * value:.{digits}f}" if pct else f"{value:.{digits}f}"
+def _mean_none(vals: list[float | None]) -> float | None:
+    xs = [v for v in vals if v is not None]
+    return statistics.fmean(xs) if xs else None
 
 
-def format_final_table(rows: list[dict[str, Any]], base: dict[str, float] | None, n: int) -> str:
-    """Markdown table of the larger exact-answer check of the final models."""
-    lines = [f"| method | greedy acc. (n={n}) | T=1 acc. |", "|---|---|---|"]
-    if base:
-        lines.append(f"| warm start (before RL) | {_fmt(base['greedy'])} | {_fmt(base['t1'])} |")
-    for r in rows:
-        lines.append(f"| {r['method']} | {_fmt(r['final_greedy_mean'])} ± {_fmt(r['final_greedy_std'])} "
-                     f"| {_fmt(r['final_t1_mean'])} ± {_fmt(r['final_t1_std'])} |")
-    return "\n".join(lines)
+def format_tables(summary: dict[str, Any]) -> str:
+    """Markdown: results with CIs and p-values, mechanism, cost."""
+    def ci(d: dict[str, Any] | None) -> str:
+        if not d or d.get("mean") is None:
+            return "-"
+        lo, hi = d["ci95"]
+        band = f" [{_pct(lo, sign=True)}, {_pct(hi, sign=True)}]" if lo is not None else ""
+        return f"{_pct(d['mean'], sign=True)}{band}"
 
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """A Markdown table: accuracy (%) mean ± std over seeds, collapse monitors, compute."""
-    head = ("| method | advantage | loss | held-out pass@1 before | after | gain (min..max) "
-            "| after − GRPO (paired) | ACR | non-zero adv. | opt. steps | rollouts | tokens | PRM-scored "
-            "| seconds |")
-    lines = [head, "|---" * (head.count("|") - 1) + "|"]
-    for r in rows:
+    lines = ["| arm | seeds | pass@1 after | gain | vs GRPO, 95% CI | p (sign flip) | eval-noise SE "
+             "| greedy vs GRPO | vs placebo | verdict |", "|---" * 10 + "|"]
+    for r in summary["rows"]:
+        vg = r.get("pass@1_vs_grpo")
         lines.append(
-            f"| {r['method']} | {r.get('advantage') or '?'} | {r.get('loss') or '?'} "
-            f"| {_fmt(r['accuracy_before_mean'])} "
-            f"| {_fmt(r['accuracy_after_mean'])} ± {_fmt(r['accuracy_after_std'])} "
-            f"| {_fmt(r['gain_mean'])} ({_fmt(r['gain_min'])}..{_fmt(r['gain_max'])}) "
-            f"| {_fmt(r['vs_grpo_mean'])} ± {_fmt(r['vs_grpo_std'])} "
-            f"| {_fmt(r['acr_mean_mean'])} | {_fmt(r['nonzero_frac_mean_mean'])} "
-            f"| {_fmt(r['optimizer_steps_mean'], pct=False, digits=1)} "
-            f"| {_fmt(r['rollouts_mean'], pct=False, digits=0)} "
-            f"| {_fmt(r['completion_tokens_mean'], pct=False, digits=0)} "
-            f"| {_fmt(r['prm_completions_mean'], pct=False, digits=0)} "
-            f"| {_fmt(r['wall_s_mean'], pct=False, digits=0)} ± {_fmt(r['wall_s_std'], pct=False, digits=0)} |"
-        )
+            f"| {r['arm']} | {len(r['seeds'])} | {_pct(r['pass@1_after']['mean'])} | {ci(r['pass@1_gain'])} "
+            f"| {ci(vg)} | {vg['p_sign_flip'] if vg and vg['p_sign_flip'] is not None else '-'} "
+            f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {ci(r.get('greedy_vs_grpo'))} "
+            f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
+    lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
+              "| non-zero adv. |", "|---" * 7 + "|"]
+    for r in summary["rows"]:
+        d = {k: r["diagnostic"].get(k) for k in DIAGNOSTIC_KEYS}
+        f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
+        lines.append(f"| {r['arm']} | {_pct(d['gate/first_error_blamed'])} | {f(d['credit/adv_on_track'])} "
+                     f"| {f(d['credit/adv_first_error'])} | {f(d['credit/adv_after_error'])} "
+                     f"| {f(d['credit/adv_answer'])} | {_pct(d['adv/nonzero_frac'])} |")
+    lines += ["", "| arm | rollouts (MC) | PRM-scored | opt. steps | train s | PRM s | s / 1k rollouts "
+              "| rollouts to GRPO's final pass@1 |", "|---" * 8 + "|"]
+    for r in summary["rows"]:
+        per_k = 1000 * r["train_s"] / max(r["rollouts"], 1)
+        hit = r.get("rollouts_to_grpo_final")
+        lines.append(f"| {r['arm']} | {r['rollouts']:.0f} ({r['mc_rollouts']:.0f}) | {r['prm_completions']:.0f} "
+                     f"| {r['optimizer_steps']:.0f} | {r['train_s']:.0f} | {r['prm_s']:.0f} | {per_k:.1f} "
+                     f"| {'not reached' if hit is None else f'{hit:.0f}'} |")
     return "\n".join(lines)
 
 
-def _eval_points(run: RunResult) -> tuple[list[float], list[float]]:
-    """(rollouts, pass@1) of a run's evaluations, starting with the one before training."""
-    xs, ys = [0.0], [run.accuracy_before if run.accuracy_before is not None else float("nan")]
-    for c in run.curve:
-        if c["pass@1"] is not None:
-            xs.append(float(c["rollouts"]))
-            ys.append(float(c["pass@1"]))
-    return xs, ys
-
-
-def plot(results: list[RunResult], methods: list[str], budget: int, path: Path, title: str) -> None:
-    """Three panels over seeds (mean line, min-max band): held-out pass@1, ACR, non-zero adv."""
+def plot(summary: dict[str, Any], path: Path, title: str) -> None:
+    """Learning curves with 95 % CI bands, paired differences to GRPO, first-error blame."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    grid = np.linspace(0, budget, 41)
-    for i, method in enumerate(methods):
-        runs = [r for r in results if r.method == method]
-        if not runs:
-            continue
-        color = f"C{i}"
-        # Accuracy is interpolated between evaluation points onto a common rollout grid.
-        acc = np.array([np.interp(grid, *_eval_points(r)) for r in runs])
-        lw = 2.4 if method == "verigate" else 1.4
-        axes[0].plot(grid, acc.mean(0), color=color, lw=lw, label=method)
-        axes[0].fill_between(grid, acc.min(0), acc.max(0), color=color, alpha=0.12)
-        for ax, key in ((axes[1], "acr"), (axes[2], "nonzero_frac")):
-            n = min(len(r.curve) for r in runs)
-            vals = np.array([[r.curve[k][key] if r.curve[k][key] is not None else np.nan
-                              for k in range(n)] for r in runs], dtype=float)
-            steps = np.arange(1, n + 1)
-            ax.plot(steps, np.nanmean(vals, 0), color=color, lw=lw, label=method)
-            ax.fill_between(steps, np.nanmin(vals, 0), np.nanmax(vals, 0), color=color, alpha=0.12)
-    axes[0].set(xlabel="training rollouts", ylabel="held-out pass@1", title="held-out accuracy")
-    axes[1].set(xlabel="optimizer step", ylabel="ACR", title="advantage collapse rate", ylim=(-0.02, 1.02))
-    axes[2].set(xlabel="optimizer step", ylabel="fraction of tokens with |A| > 0",
-                title="non-zero advantage fraction", ylim=(-0.02, 1.02))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for i, (arm, c) in enumerate(summary["curves"].items()):
+        keep = [k for k, m in enumerate(c["mean"]) if m is not None]
+        xs, mean, lo, hi = ([c[key][k] for k in keep] for key in ("rollouts", "mean", "lo", "hi"))
+        axes[0].plot(xs, mean, color=f"C{i}", lw=2 if arm in ("grpo", "suffix") else 1.3, label=arm)
+        axes[0].fill_between(xs, lo, hi, color=f"C{i}", alpha=0.12)
+    ci_kind = next(iter(summary["curves"].values()))["ci"] if summary["curves"] else ""
+    axes[0].set(xlabel="training rollouts consumed", ylabel="held-out pass@1 (T=1)",
+                title=f"learning curves (95% CI: {ci_kind})")
+    axes[0].legend(fontsize=8)
+    rows = [r for r in summary["rows"] if r.get("pass@1_vs_grpo")]
+    for j, r in enumerate(rows):
+        d = r["pass@1_vs_grpo"]
+        lo, hi = d["ci95"]
+        mean = 100 * d["mean"]
+        if lo is not None:
+            axes[1].errorbar(j, mean, yerr=[[mean - 100 * lo], [100 * hi - mean]], fmt="o", capsize=4, color="k",
+                             label="95% CI, t over seeds" if j == 0 else None)
+        if d["eval_noise_se"] is not None:  # the evaluation's share of the noise alone (prompts as the unit)
+            axes[1].errorbar(j + 0.15, mean, yerr=196 * d["eval_noise_se"], fmt="s", capsize=3, color="C0",
+                             label="95% CI, evaluation noise only" if j == 0 else None)
+        axes[1].plot([j] * len(d["diffs"]), [100 * x for x in d["diffs"]], "x", color="C3", alpha=0.7)
+    axes[1].axhline(0, color="grey", lw=1)
+    axes[1].set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=30, fontsize=8)
+    axes[1].set(ylabel="points", title="final pass@1 minus GRPO (paired by seed; x = single seeds)")
+    if rows:
+        axes[1].legend(fontsize=7)
+    names = [r["arm"] for r in summary["rows"]]
+    blamed = [100 * (r["diagnostic"]["gate/first_error_blamed"] or 0.0) for r in summary["rows"]]
+    axes[2].bar(range(len(names)), blamed, color=[f"C{i}" for i in range(len(names))])
+    axes[2].set_xticks(range(len(names)), names, rotation=30, fontsize=8)
+    axes[2].set(ylabel="% of all-wrong responses", ylim=(0, 100),
+                title="first wrong step gets a negative advantage")
     for ax in axes:
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -398,45 +486,43 @@ def plot(results: list[RunResult], methods: list[str], budget: int, path: Path, 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command line of the experiment."""
-    d = ExperimentSettings()
+    d = Settings()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help=f"comma separated advantage methods or variants ({', '.join(VARIANTS)})")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per method")
-    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps of the non-DAPO methods; "
-                   "the rollout budget is steps x prompts-per-step x group-size")
-    p.add_argument("--group-size", type=int, default=d.group_size)
+    p.add_argument("--arms", default="grpo,suffix,min,progress,placebo,mc",
+                   help=f"core arms (all seeds), comma separated from: {', '.join(ARMS)}")
+    p.add_argument("--extra-arms", default="oracle,oracle_eps0.2,oracle_eps0.4,avspo,sign,dapo",
+                   help="further arms, run with --extra-seeds seeds")
+    p.add_argument("--seeds", type=int, default=6, help="paired seeds 0..N-1 of the core arms")
+    p.add_argument("--extra-seeds", type=int, default=3, help="seeds of the extra arms")
+    p.add_argument("--condition", choices=sorted(CONDITIONS), default="medium",
+                   help="medium (the recipe's level) or stress (a medium/hard mix: " + CONDITIONS["stress"] + ")")
+    p.add_argument("--probe-credit", default=d.probe_credit, choices=("suffix", "min", "progress"),
+                   help="credit form of the placebo, mc and oracle arms (chosen before the run)")
+    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps; budget = steps x prompts x G")
     p.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step)
-    p.add_argument("--dataset", default=d.dataset, help="trainer dataset (builtin:arith[:key=value,...])")
-    p.add_argument("--eval-size", type=int, default=d.eval_size)
+    p.add_argument("--group-size", type=int, default=d.group_size)
+    p.add_argument("--eval-size", type=int, default=d.eval_size, help="held-out prompts of the final evaluation")
     p.add_argument("--eval-samples", type=int, default=d.eval_samples)
-    p.add_argument("--eval-interval", type=int, default=d.eval_interval)
-    p.add_argument("--max-completion-len", type=int, default=d.max_completion_len)
-    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--eval-interval", type=int, default=d.eval_interval, help="steps between curve points")
     p.add_argument("--warmstart-dir", default=d.warmstart_dir)
+    p.add_argument("--warmstart-recipe", default=None, help="JSON of warm-start recipe fields (a larger model)")
+    p.add_argument("--device", default=d.device)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="extra trainer field for every run (repeatable), e.g. --set gate=any_collapsed")
-    p.add_argument("--jobs", type=int, default=2, help="runs in parallel (processes)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per run; on a loaded CPU more "
-                   "threads than free cores makes a tiny model many times slower (0: cores / jobs)")
-    p.add_argument("--runs-dir", default="runs/gating_experiment", help="trainer output folders")
-    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                   help="path prefix of the .json and .png written")
-    p.add_argument("--final-eval", type=int, default=300, metavar="N",
-                   help="after training, check every final model (and the warm start) on N fresh problems, "
-                        "greedy and 2 samples at T=1, with the task's exact checker (0: skip)")
-    p.add_argument("--from-json", type=Path, default=None,
-                   help="skip training: re-aggregate the runs recorded in this JSON (their run folders must "
-                        "still exist for --final-eval)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 1 seed, 2 steps, tiny eval (does not overwrite the committed results "
-                        "unless --results is given)")
+                   help="extra trainer field for every run (repeatable)")
+    p.add_argument("--jobs", type=int, default=2, help="runs in parallel (processes, 1 torch thread each)")
+    p.add_argument("--runs-dir", default="runs/gating_experiment")
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="path prefix of the .json / .png")
+    p.add_argument("--from-json", type=Path, default=None, help="re-aggregate the runs of an earlier results JSON")
+    p.add_argument("--from-runs", action="store_true",
+                   help="skip training: aggregate the record.json of every finished run under --runs-dir")
+    p.add_argument("--add-json", type=Path, action="append", default=[],
+                   help="merge the runs of another results JSON (e.g. seeds run apart)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 arms, 1 seed, 3 steps, tiny eval")
     return p.parse_args(argv)
 
 
-def _parse_overrides(items: list[str]) -> dict[str, Any]:
-    """FIELD=VALUE pairs, values read as YAML scalars (numbers, booleans, strings)."""
+def _overrides(items: list[str]) -> dict[str, Any]:
     import yaml
 
     out = {}
@@ -449,103 +535,87 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the comparison, write JSON and PNG, print the table."""
+    """Run the arms, aggregate, write JSON and PNG, print the tables."""
     args = parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    seeds = list(range(args.seeds))
-    settings = ExperimentSettings(
-        steps=args.steps, group_size=args.group_size, prompts_per_step=args.prompts_per_step,
-        dataset=args.dataset, eval_size=args.eval_size, eval_samples=args.eval_samples,
-        eval_interval=args.eval_interval, max_completion_len=args.max_completion_len, lr=args.lr,
-        warmstart_dir=args.warmstart_dir, overrides=_parse_overrides(args.set),
-    )
-    results_prefix = args.results
+    core = [a.strip() for a in args.arms.split(",") if a.strip()]
+    extra = [a.strip() for a in args.extra_arms.split(",") if a.strip() and a.strip() not in core]
+    settings = Settings(dataset=CONDITIONS[args.condition], steps=args.steps, eval_size=args.eval_size,
+                        prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+                        eval_samples=args.eval_samples, eval_interval=args.eval_interval,
+                        probe_credit=args.probe_credit, warmstart_dir=args.warmstart_dir, device=args.device,
+                        overrides=_overrides(args.set))
+    seeds, extra_seeds, prefix = args.seeds, args.extra_seeds, args.results
     if args.quick:
-        seeds = [0]
-        settings.steps, settings.eval_size, settings.eval_samples, settings.eval_interval = 2, 8, 2, 1
-        settings.prompts_per_step = min(settings.prompts_per_step, 4)
-        if args.results == DEFAULT_RESULTS:
-            results_prefix = Path(args.runs_dir) / "quick"
-    # Fail on a bad method or field now, not after the first runs.
-    for method in methods:
-        _trainer_config(settings, method, 0, Path(args.runs_dir) / "check", 1, False)
+        core, extra, seeds, extra_seeds = core[:2] or ["grpo"], [], 1, 0
+        settings.steps, settings.eval_size, settings.eval_samples, settings.eval_interval = 3, 8, 2, 2
+        settings.prompts_per_step = 4
+        if prefix == DEFAULT_RESULTS:
+            prefix = Path(args.runs_dir) / "quick"
+    from veristep.train.config import make_config
 
-    from veristep.train.demo import warmstart
+    for arm in core + extra:  # a bad arm or field fails now, not after hours
+        make_config(**trainer_values(settings, arm, 0, Path(args.runs_dir) / "check", 1, False))
+    if args.warmstart_recipe:
+        from veristep.train.demo import warmstart
 
+        path = warmstart.ensure_warm_start(settings.warmstart_dir, seed=0, **json.loads(args.warmstart_recipe))
+        settings.overrides.setdefault("model", str(path))
+    elif settings.overrides.get("model", "builtin:warmstart") == "builtin:warmstart":
+        from veristep.train.demo import warmstart
+
+        warmstart.ensure_warm_start(settings.warmstart_dir, seed=0)  # once, before the parallel runs
+    arms = core + extra
+    jobs = [(settings, a, s, args.runs_dir) for s in range(seeds) for a in core]
+    jobs += [(settings, a, s, args.runs_dir) for s in range(extra_seeds) for a in extra]
     t0 = time.perf_counter()
-    model = settings.overrides.get("model", "builtin:warmstart")
-    if model == "builtin:warmstart":
-        # Built once here, so parallel runs find it cached instead of each training it.
-        ws_path = warmstart.ensure_warm_start(settings.warmstart_dir, seed=0)
-    else:
-        ws_path = Path(model)
-    ws_seconds = time.perf_counter() - t0
-    try:
-        ws_meta = warmstart.load_meta(ws_path)
-    except OSError:
-        ws_meta = {}
-    threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
-    jobs = [(settings, m, s, args.runs_dir, threads) for s in seeds for m in methods]
-    print(f"gating experiment: {len(methods)} methods x {len(seeds)} seeds, budget "
-          f"{settings.rollout_budget} rollouts per run, {args.jobs} parallel job(s) x {threads} thread(s); "
-          f"warm start {ws_path} ({ws_seconds:.0f} s this call)", flush=True)
-    t_all = time.perf_counter()
     if args.from_json:
-        previous = json.loads(args.from_json.read_text())
-        results = [RunResult(**{**r, "final_eval": r.get("final_eval")}) for r in previous["runs"]]
-        results = [r for r in results if r.method in methods and r.seed in seeds]
-        for r in results:
-            if r.advantage is None:  # recorded before estimator and loss were split
-                _fill_objective(r, settings, Path(args.runs_dir))
-        total_s = previous.get("total_seconds", 0.0)
+        records = [r for r in json.loads(args.from_json.read_text())["runs"] if r["arm"] in arms]
+    elif args.from_runs:
+        found = [json.loads(f.read_text()) for f in sorted(Path(args.runs_dir).glob("*/record.json"))]
+        records = [r for r in found if r["arm"] in arms]
+        print(f"aggregating {len(records)} finished runs from {args.runs_dir}", flush=True)
     else:
+        print(f"gating experiment: {len(jobs)} runs ({len(core)} core arms x {seeds} seeds, {len(extra)} extra "
+              f"x {extra_seeds}), budget {settings.rollout_budget} rollouts per run, {args.jobs} parallel",
+              flush=True)
         with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn")) as pool:
-            results = list(pool.map(_run_job, jobs))
-        total_s = time.perf_counter() - t_all
-    n_final = 16 if args.quick else args.final_eval
-    base_eval = None
-    if n_final:
-        t_eval = time.perf_counter()
-        dirs = [ws_path] + [final_model_dir(r.output_dir) for r in results]
-        todo = [(str(d), str(ws_path), n_final) for d in dirs if d is not None]
-        with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn")) as pool:
-            evals = iter(pool.map(_final_eval_job, todo))
-        base_eval = next(evals)
-        for r, d in zip(results, dirs[1:], strict=True):
-            r.final_eval = next(evals) if d is not None else None
-        print(f"final-model check on {n_final} fresh problems: {time.perf_counter() - t_eval:.0f} s")
-
-    rows = summarise(results, methods)
-    table = format_table(rows)
-    final_table = format_final_table(rows, base_eval, n_final) if n_final else ""
-    png = results_prefix.with_suffix(".png")
-    title = (f"veristep built-in task ({settings.dataset}), G={settings.group_size}, "
-             f"{settings.prompts_per_step} prompts/step, budget {settings.rollout_budget} rollouts, "
-             f"{len(seeds)} seeds: mean (line) and min-max (band)")
-    plot(results, methods, settings.rollout_budget, png, title)
+            records = list(pool.map(_run_job, jobs))
+    for extra_json in args.add_json:
+        records += [r for r in json.loads(extra_json.read_text())["runs"] if r["arm"] in arms]
+    summary = summarise(records, arms, settings.rollout_budget)
+    tables = format_tables(summary)
+    n_seeds = max((len(r["seeds"]) for r in summary["rows"]), default=0)
+    full = n_seeds >= 6 and settings.eval_size >= 1000
+    title = (f"{settings.dataset}, G={settings.group_size} x {settings.prompts_per_step}, budget "
+             f"{settings.rollout_budget} rollouts, eval {settings.eval_size} prompts x {settings.eval_samples}"
+             + ("" if full else f" -- REDUCED RUN ({n_seeds} seeds)"))
+    plot(summary, prefix.with_suffix(".png"), title)
     report = {
+        "reduced": not full, "reading_rule": READING_RULE,
         "settings": {**asdict(settings), "rollout_budget": settings.rollout_budget},
-        "methods": methods, "seeds": seeds,
-        "warm_start": {"path": str(ws_path), **{k: v for k, v in ws_meta.items()}},
-        "table": rows, "runs": [asdict(r) for r in results],
-        "final_eval": {"problems": n_final, "seed": 777, "t1_samples": 2, "warm_start": base_eval},
-        "markdown": {"table": table, "final_table": final_table},
-        "total_seconds": round(total_s, 1), "jobs": args.jobs, "threads_per_job": threads,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": sys.version.split()[0],
+        "arms": arms, "core_arms": core, "seeds": seeds, "extra_seeds": extra_seeds,
+        "arm_fields": {a: {k: v for k, v in trainer_values(settings, a, 0, Path("."), settings.steps, False).items()
+                           if k not in ("output_dir", "resume", "seed")} for a in arms},
+        "final_eval": {"prompts": settings.eval_size, "samples_t1": settings.eval_samples, "greedy": True,
+                       "source": "the trainer's held-out evaluation (disjoint from training and the warm "
+                                 "start's demonstrations; the same seeds before and after and across arms)"},
+        "positive_control": summary["positive_control"], "table": summary["rows"],
+        "curves": summary["curves"], "markdown": tables,
+        # run folders are machine-local scratch: the records keep the run's name only
+        "runs": [{**{k: v for k, v in r.items() if k != "output_dir"}, "run": Path(r.get("output_dir", r.get("run", ""))).name}
+                 for r in records],
+        "total_seconds": round(time.perf_counter() - t0, 1), "jobs": args.jobs,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
                     "load_average_at_end": list(os.getloadavg())},
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["benchmarks/gating_experiment.py", *(argv if argv is not None else sys.argv[1:])]),
     }
-    json_path = results_prefix.with_suffix(".json")
-    json_path.write_text(json.dumps(report, indent=2))
-    print()
-    print(table)
-    if final_table:
-        print()
-        print(final_table)
-    print(f"\nheld-out pass@1 in %, mean ± sample std over {len(seeds)} seeds; ACR and non-zero "
-          f"advantage fraction are means over steps; compute columns are per run.")
-    print(f"total {total_s / 60:.1f} min; wrote {json_path} and {png}")
+    prefix.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    pc = summary["positive_control"]
+    print(f"\npositive control (GRPO gain, pass@1 T=1): {_pct(pc['mean'], sign=True)} points over {pc['n']} seeds "
+          f"(needs >= +5.0): {'passed' if pc['passed'] else 'FAILED'}\n")
+    print(tables)
+    print(f"\n{READING_RULE}\nwrote {prefix.with_suffix('.json')} and {prefix.with_suffix('.png')}"
+          + ("" if full else f"\nREDUCED RUN: {n_seeds} seeds, {settings.eval_size} eval prompts"))
     return 0
 
 

@@ -6,14 +6,16 @@ docs/gating-spec.md; docs/gating.md summarises the conventions.
 
 Modules: options (option enums), checks (input validation), groups (group statistics on
 checked tensors), outcome / verigate / prm_outcome / dapo (the estimators and DAPO's pieces),
-token_steps (response <-> step <-> token maps), monitors (collapse rates), difficulty
+token_steps (response <-> step <-> token maps), monitors (collapse rates), diagnostics
+(which step a credit form blames, given true step labels), difficulty
 (per-prompt easy / frontier / hard tracking), reference (a slow plain-Python oracle for tests).
 """
 
 from .dapo import clipped_surrogate, dynamic_sampling_keep, overlong_penalty
+from .diagnostics import STEP_KINDS, credit_diagnostics, step_kinds
 from .difficulty import Difficulty, DifficultyTracker
 from .monitors import collapse_mask, collapse_metrics, collapse_stats
-from .options import Agg, Gate, OutcomeMethod, Std, VirtualValue
+from .options import Agg, Credit, Gate, OutcomeMethod, Std, VirtualValue
 from .outcome import outcome_advantages
 from .prm_outcome import prm_as_outcome_rewards
 from .token_steps import broadcast_to_tokens, steps_to_tokens, token_step_from_offsets
@@ -26,7 +28,9 @@ from .verigate import (
 )
 
 __all__ = [
+    "STEP_KINDS",
     "Agg",
+    "Credit",
     "Difficulty",
     "DifficultyTracker",
     "Gate",
@@ -38,6 +42,7 @@ __all__ = [
     "collapse_mask",
     "collapse_metrics",
     "collapse_stats",
+    "credit_diagnostics",
     "dynamic_sampling_keep",
     "future_cumulated_rewards",
     "gate_mask",
@@ -46,6 +51,7 @@ __all__ = [
     "prm_as_outcome_rewards",
     "prm_step_advantages",
     "process_grpo_advantages",
+    "step_kinds",
     "steps_to_tokens",
     "token_step_from_offsets",
     "verigate_advantages",

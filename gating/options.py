@@ -35,6 +35,14 @@ class Gate(str, Enum):
     ANY_COLLAPSED = "any_collapsed"
 
 
+class Credit(str, Enum):
+    """How VeriGate's PRM branch turns a gated group's step scores into step advantages."""
+
+    SUFFIX = "suffix"  # VeriGate as specified: suffix sums, normalised over the group
+    MIN = "min"  # PURE's min form: the minimum score from a step onward, normalised
+    PROGRESS = "progress"  # the drop of the running minimum across a step, not re-centred
+
+
 class Agg(str, Enum):
     """How `prm_as_outcome_rewards` folds step scores into one reward."""
 

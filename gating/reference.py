@@ -145,12 +145,44 @@ def _split(flat: Sequence[float], lengths: Sequence[int]) -> list[list[float]]:
     return pieces
 
 
+def future_min(scores: Sequence[float]) -> list[float]:
+    """Suffix minima m_j = min(s_j, ..., s_last) of one rollout's step scores."""
+    out = []
+    low = math.inf
+    for s in reversed(scores):
+        low = min(low, s)
+        out.append(low)
+    return out[::-1]
+
+
+def running_min_progress(scores: Sequence[float], start: float = 1.0) -> list[float]:
+    """Progress of each step: V_k - V_{k-1}, V_k = min(start, s_1, ..., s_k), V_0 = start."""
+    out, value = [], start
+    for s in scores:
+        new = min(value, s)
+        out.append(new - value)
+        value = new
+    return out
+
+
 def prm_step_advantages(
-    steps: Steps, ddof: int, eps: float, centre: bool = False
+    steps: Steps, ddof: int, eps: float, centre: bool = False, credit: str = "suffix",
+    start: float = 1.0,
 ) -> list[list[float]]:
-    """VeriGate PRM branch for one group: suffix sums, then normalised over all (i, j)."""
-    cum = [future_cumulated([2 * s - 1 if centre else s for s in row]) for row in steps]
-    flat = [c for row in cum for c in row]
+    """VeriGate PRM branch for one group under a credit form (docs/gating-spec.md section 8).
+
+    suffix: suffix sums, then normalised over all (i, j); min: suffix minima, normalised the
+    same way; progress: the drop of the running minimum, per rollout, no group statistics.
+    """
+    if credit == "progress":
+        return [running_min_progress(row, start) for row in steps]
+    if credit == "min":
+        values = [future_min(row) for row in steps]
+    elif credit == "suffix":
+        values = [future_cumulated([2 * s - 1 if centre else s for s in row]) for row in steps]
+    else:
+        raise ValueError(credit)
+    flat = [c for row in values for c in row]
     return _split(normalise(flat, ddof, eps), [len(row) for row in steps])
 
 
@@ -171,6 +203,8 @@ def verigate(
     eps: float = 1e-6,
     centre: bool = False,
     low: float = 0.0,
+    credit: str = "suffix",
+    start: float = 1.0,
 ) -> tuple[list[list[list[float]]], list[bool]]:
     """Token advantages per group / rollout / token (no padding) and which groups were gated.
 
@@ -186,7 +220,7 @@ def verigate(
             gated = is_collapsed
         gated_flags.append(gated)
         if gated:
-            adv = prm_step_advantages(st, ddof, eps, centre)
+            adv = prm_step_advantages(st, ddof, eps, centre, credit, start)
             out.append(
                 [[row[j] if j < len(row) else 0.0 for j in toks] for row, toks in zip(adv, ts, strict=True)]
             )

@@ -17,7 +17,7 @@ from .checks import (
     check_token_step,
 )
 from .groups import at_or_beyond, collapse_rates, collapsed, group_normalise
-from .options import Gate, Std, parse_option
+from .options import Credit, Gate, Std, parse_option
 from .token_steps import gather_steps
 
 
@@ -26,6 +26,21 @@ def _suffix_sum(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     s = torch.where(mask, scores, 0.0)
     c = s.flip(-1).cumsum(-1).flip(-1)
     return torch.where(mask, c, 0.0)
+
+
+def _suffix_min(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked suffix minimum along the last dim; masked positions are 0."""
+    s = torch.where(mask, scores, torch.inf)
+    m = s.flip(-1).cummin(-1).values.flip(-1)
+    return torch.where(mask, m, 0.0)
+
+
+def _running_min_progress(scores: torch.Tensor, mask: torch.Tensor, start: float) -> torch.Tensor:
+    """V_k - V_{k-1} with V_k = min(start, s_1..s_k) over the valid steps; masked positions 0."""
+    s = torch.where(mask, scores, torch.inf)  # valid steps come first: a masked tail keeps V
+    v = s.cummin(-1).values.clamp(max=start)
+    prev = torch.cat([torch.full_like(v[..., :1], start), v[..., :-1]], dim=-1)
+    return torch.where(mask, v - prev, 0.0)
 
 
 def future_cumulated_rewards(step_scores: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
@@ -41,23 +56,44 @@ def prm_step_advantages(
     std: str = "population",
     eps: float = 1e-6,
     centre_scores: bool = False,
+    credit: str = "suffix",
+    start: float = 1.0,
 ) -> torch.Tensor:
-    """VeriGate's PRM branch for every group: [N, G, S] step advantages.
+    """VeriGate's PRM branch for every group: [N, G, S] step advantages under a credit form.
 
-    Future-cumulated scores c (of 2s - 1 when centre_scores) are normalised over all valid
-    (rollout, step) pairs of the group; a group whose c are all equal, or that has no step,
-    gets 0. Masked steps get 0.
+    `credit="suffix"` (VeriGate as specified): future-cumulated scores c (of 2s - 1 when
+    centre_scores) normalised over all valid (rollout, step) pairs of the group; a group whose c
+    are all equal, or that has no step, gets 0. `"min"` (PURE): the minimum score from the step
+    onward, normalised the same way. `"progress"`: V_k - V_{k-1} with V_k = min(start, s_1..s_k),
+    the drop of the running minimum across step k, not re-centred (gating-spec.md section 8).
+    Masked steps get 0.
     """
     scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     ddof = parse_option(Std, std, "std").ddof
-    return _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
+    kind = _check_credit(credit, centre_scores, start)
+    return _prm_step_advantages(scores, mask, ddof, eps, centre_scores, kind, start)
+
+
+def _check_credit(credit: str, centre_scores: bool, start: float) -> Credit:
+    """The credit form as an enum; centring only applies to suffix sums, start must be finite."""
+    kind = parse_option(Credit, credit, "credit")
+    if centre_scores and kind is not Credit.SUFFIX:
+        raise ValueError(f"centre_scores applies to credit='suffix' only, got credit={kind.value!r}")
+    if not isinstance(start, (int, float)) or not torch.isfinite(torch.tensor(float(start))):
+        raise ValueError(f"start must be a finite number, got {start!r}")
+    return kind
 
 
 def _prm_step_advantages(
-    scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float, centre_scores: bool
+    scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float, centre_scores: bool,
+    credit: Credit = Credit.SUFFIX, start: float = 1.0,
 ) -> torch.Tensor:
     """prm_step_advantages without validation."""
+    if credit is Credit.PROGRESS:
+        return _running_min_progress(scores, mask, float(start))
+    if credit is Credit.MIN:
+        return group_normalise(_suffix_min(scores, mask), mask, ddof, eps)
     if centre_scores:
         scores = 2.0 * scores - 1.0
     return group_normalise(_suffix_sum(scores, mask), mask, ddof, eps)
@@ -112,6 +148,8 @@ def verigate_advantages(
     *,
     low: float = 0.0,
     high: float = 1.0,
+    credit: str = "suffix",
+    start: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level VeriGate advantages [N, G, T] and metrics.
 
@@ -122,7 +160,8 @@ def verigate_advantages(
     token of o_i gets the GRPO advantage (r_i - mean) / (std + eps). A collapsed group goes
     to the PRM branch when `gate` selects it ("all_wrong": every reward at or below `low`;
     "any_collapsed": every collapsed group); its tokens get the step advantage of their step
-    (see prm_step_advantages). Other collapsed groups get 0; tokens pointing at a masked step
+    (see prm_step_advantages: `credit` "suffix", "min" or "progress", `start` the progress
+    form's V_0). Other collapsed groups get 0; tokens pointing at a masked step
     get 0; padding gets 0.
     Metrics: gate/gated_groups (count), gate/steps_per_gated_response (mean over gated
     responses, 0 when none), gate/prm_flat_groups (gated groups whose PRM branch is all 0),
@@ -137,6 +176,7 @@ def verigate_advantages(
     check_token_step(token_step, scores.shape[-1])
     gate_kind = parse_option(Gate, gate, "gate")
     ddof = parse_option(Std, std, "std").ddof
+    credit_kind = _check_credit(credit, centre_scores, start)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     if not high > low:
@@ -156,7 +196,7 @@ def verigate_advantages(
     outcome = group_normalise(rewards, None, ddof, eps)
     # tau > 0 can call a group collapsed whose rewards still differ slightly: it gets 0 too.
     outcome = torch.where(is_collapsed.unsqueeze(-1), zero, outcome)
-    step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores)
+    step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores, credit_kind, start)
     # One [N, G, S] table serves both branches (a gated group's step advantages, else the
     # outcome advantage on every step), so the [N, G, T] work is a single gather.
     table = torch.where(gated[:, None, None], step_adv, outcome.unsqueeze(-1))

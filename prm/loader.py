@@ -14,13 +14,17 @@ SCORER_KINDS = {
     "token-cls": "AutoModelForTokenClassification in TRL PRMTrainer layout (token-cls:PATH)",
     "shepherd": "Math-Shepherd causal LM, P(+) vs P(-) at the ' ки' tag (shepherd:PATH)",
     "scores": "precomputed step scores from a JSONL file (scores:FILE)",
+    "oracle": "built-in task only: 1 iff a step is the reference solution's step "
+              "(oracle, oracle:eps=0.2[,seed=N] flips each label with probability eps)",
+    "mc": "Monte-Carlo step values from policy rollouts (mc:k=4); built by the trainer, which "
+          "owns the policy and the verifier",
 }
 
 _MODEL_KWARGS = ("separator", "regex", "batch_size", "max_length", "neutral")
 
 
 def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
-    """Build the scorer named by `spec`: rule, hf:PATH, token-cls:PATH, shepherd:PATH, scores:FILE.
+    """Build the scorer named by `spec`: rule, oracle[:eps=E,seed=N], hf:PATH, token-cls:PATH, shepherd:PATH, scores:FILE.
 
     Keyword options go to the scorer (separator, regex, neutral, batch_size, max_length,
     step_separator, step_token, step_tag, system_prompt, ...); `trust_remote_code=True` lets a
@@ -35,8 +39,16 @@ def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
         if target:
             raise ValueError(f"the rule scorer takes no path, got {spec!r}")
         return RuleScorer(**_only(kw, ("neutral", "separator", "regex")))
+    if kind == "oracle":
+        from .oracle import OracleScorer, parse_options
+
+        return OracleScorer(**parse_options(target, {"eps": float, "seed": int}),
+                            **_only(kw, ("separator", "regex")))
+    if kind == "mc":
+        raise ValueError(f"{spec!r}: Monte-Carlo step values sample continuations with the policy "
+                         "being trained; use it as the trainer's --prm (veristep.train.mc_values)")
     if kind not in SCORER_KINDS:
-        known = ", ".join(f"{k}{'' if k == 'rule' else ':PATH'}" for k in SCORER_KINDS)
+        known = ", ".join(f"{k}{'' if k in ('rule', 'oracle', 'mc') else ':PATH'}" for k in SCORER_KINDS)
         raise ValueError(f"unknown scorer spec {spec!r}; use one of {known}")
     if not target:
         raise ValueError(f"scorer spec {spec!r} needs a path: {kind}:PATH")

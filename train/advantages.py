@@ -93,7 +93,7 @@ def _token_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
     if method == "verigate":
         adv, gate_metrics = gating.verigate_advantages(
             rewards, steps.step_scores, steps.step_mask, steps.token_step, std=cfg.adv_std,
-            eps=cfg.adv_eps, centre_scores=cfg.centre_scores, high=cfg.reward_high(),
+            eps=cfg.adv_eps, centre_scores=cfg.centre_scores, high=cfg.reward_high(), credit=cfg.credit,
             **gate_options(cfg))
         metrics.update({k: float(v) for k, v in gate_metrics.items()})
         return adv, metrics
@@ -110,3 +110,35 @@ def _token_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
 def winner_groups(adv: torch.Tensor) -> torch.Tensor:
     """WAPO: bool `[N]`, groups with at least one positive advantage (its loss divisor counts them)."""
     return (adv > 0).flatten(1).any(dim=1)
+
+
+#: The credit diagnostic's metrics (logged when an oracle labels the steps: the built-in task).
+CREDIT_METRICS = ("gate/first_error_blamed", "gate/first_error_responses", "credit/adv_on_track",
+                  "credit/adv_first_error", "credit/adv_after_error", "credit/adv_answer")
+
+
+def oracle_credit_metrics(cfg: Any, oracle: Any, tokenizer: Any, problem_texts: list[str],
+                          completion_ids: list[list[int]], texts: list[str], rewards: torch.Tensor,
+                          adv: torch.Tensor) -> dict[str, float | None]:
+    """Which steps of the gate's groups the advantages `adv` [N, G, T] blame, by oracle labels.
+
+    Measured on the groups `veristep.gating.gate_mask` selects with this run's gate options
+    (for every method, so GRPO's zeros and a placebo's noise are measured too), with exact
+    step labels from `oracle` (`veristep.prm.oracle.OracleScorer`), whatever scorer drove the
+    advantages.
+    """
+    from veristep.train.rewards import prm_step_tensors
+
+    n, G, T = adv.shape
+    groups = [int(g) for g in torch.nonzero(gating.gate_mask(rewards, **gate_options(cfg))).flatten()]
+    if not groups:
+        return {k: (0 if k == "gate/first_error_responses" else None) for k in CREDIT_METRICS}
+    st = prm_step_tensors(oracle, tokenizer, problem_texts, completion_ids, texts, G, T, groups)
+    is_answer = torch.zeros_like(st.step_mask)
+    for g in groups:
+        for j in range(G):
+            flags = oracle.labels(problem_texts[g], texts[g * G + j]).is_answer
+            is_answer[g, j, : len(flags)] = torch.tensor(flags, dtype=torch.bool)
+    rows = torch.zeros(n, G, dtype=torch.bool)
+    rows[groups] = True
+    return gating.credit_diagnostics(adv, st.token_step, st.step_scores > 0.5, is_answer, st.step_mask, rows)

@@ -36,6 +36,8 @@ LOSS_PRESETS: dict[str, dict[str, Any]] = {
     # be paired with any objective. Clip-higher as in the default: only the divisor differs.
     "wapo": {"eps_low": 0.2, "eps_high": 0.28, "loss_agg": "winner-constant"},
 }
+#: VeriGate's credit forms (`veristep.gating.Credit`).
+CREDITS = ("suffix", "min", "progress")
 #: Methods whose advantages need PRM step scores (on some or all groups).
 PRM_METHODS = ("verigate", "prm_as_outcome")
 
@@ -125,7 +127,8 @@ class Config:
     reward_low: float = field(default=0.0, metadata={"help": "a reward at or below this counts as wrong: the all_wrong gate (PRM scoring and VeriGate's branch) and gate/all_wrong_rate use it"})
     adv_std: str = field(default="sample", metadata={"help": "std convention of group normalisation, exactly one of: sample (ddof 1) | population (ddof 0)"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon added to the std"})
-    centre_scores: bool = field(default=False, metadata={"help": "VeriGate: use 2p-1 step scores"})
+    centre_scores: bool = field(default=False, metadata={"help": "VeriGate: use 2p-1 step scores (credit suffix only)"})
+    credit: str = field(default="suffix", metadata={"help": "VeriGate credit form on gated groups: suffix (suffix sums, normalised; as specified) | min (PURE: min score from the step onward, normalised) | progress (drop of the running minimum across the step, not re-centred); docs/gating-spec.md section 8"})
     prm_agg: str = field(default="min", metadata={"help": "prm_as_outcome aggregation: min|prod|mean|last"})
     avspo_virtual: str = field(default="opposite", metadata={"help": "AVSPO virtual reward: opposite (the released rule) | fixed | random"})
     placebo: str = field(default="", metadata={"help": "control run: '' (none) | rewards (permute outcome rewards within each group) | steps (permute step scores within each gated group); both keep the gradient's size and remove its information"})
@@ -191,6 +194,9 @@ class Config:
              "the hf engine reports no log-probs; use trainer (or rollout=vllm)")
         need(self.gate in ("all_wrong", "any_collapsed"), "gate", "choose all_wrong or any_collapsed")
         need(self.adv_std in ("sample", "population"), "adv_std", "choose sample or population")
+        need(self.credit in CREDITS, "credit", f"choose one of {', '.join(CREDITS)}")
+        need(not (self.centre_scores and self.credit != "suffix"), "centre_scores",
+             f"applies to credit=suffix only (credit={self.credit})")
         need(self.prm_agg in ("min", "prod", "mean", "last"), "prm_agg", "choose min, prod, mean or last")
         need(self.avspo_virtual in ("opposite", "fixed", "random"), "avspo_virtual", "choose opposite, fixed or random")
         need(self.lr_schedule in ("constant", "linear", "cosine"), "lr_schedule", "choose constant, linear or cosine")

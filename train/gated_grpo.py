@@ -32,7 +32,12 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from veristep.train.advantages import compute_advantages, prm_groups, winner_groups  # noqa: E402
+from veristep.train.advantages import (  # noqa: E402
+    compute_advantages,
+    oracle_credit_metrics,
+    prm_groups,
+    winner_groups,
+)
 from veristep.train.checkpoint import (  # noqa: E402
     StopFlag,
     latest_checkpoint,
@@ -121,18 +126,23 @@ def train(cfg: Config) -> dict[str, Any]:
     eval_refs = rewarder.references([p.record for p in eval_set])
     train_ids = _tokenize_prompts([p.model_input for p in train_set], tokenizer, cfg)
     eval_ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
-    scorer = None
-    if cfg.advantage in PRM_METHODS:
-        from veristep.prm import load_scorer
-
-        separator = cfg.prm_separator
-        if separator is None and cfg.dataset.startswith("builtin:arith"):
-            from veristep.train.demo.task import STEP_SEPARATOR as separator
-        options = {"separator": separator} if separator else {}
-        scorer = load_scorer(cfg.prm, device=cfg.prm_device or str(device), **options)
+    separator = cfg.prm_separator
+    if separator is None and cfg.dataset.startswith("builtin:arith"):
+        from veristep.train.demo.task import STEP_SEPARATOR as separator
+    options = {"separator": separator} if separator else {}
     sampler = PromptSampler(len(train_set), cfg.seed)
     difficulty = gating.DifficultyTracker(alpha=cfg.difficulty_ema)
     engine = build_engine(cfg, unwrap(model), tokenizer, model_path, device, info.enabled)
+    scorer = None
+    if cfg.advantage in PRM_METHODS:
+        scorer = _build_scorer(cfg, engine, tokenizer, rewarder, train_set, train_ids, train_refs, options,
+                               device, info)
+    # The credit diagnostic: exact step labels where the task has a reference solution.
+    oracle = None
+    if cfg.dataset.startswith("builtin:arith"):
+        from veristep.prm.oracle import OracleScorer
+
+        oracle = OracleScorer(**options)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     loss = cfg.loss_settings()
 
@@ -165,8 +175,8 @@ def train(cfg: Config) -> dict[str, Any]:
         if info.is_main:
             log.console(f"eval before training ({eval_before.seconds:.0f} s): "
                         + _eval_line(eval_before.metrics(G)))
-    totals = run_state.get("totals", {"rollouts": 0, "completion_tokens": 0, "prm_completions": 0,
-                                      "skipped_updates": 0})
+    totals = {"rollouts": 0, "completion_tokens": 0, "prm_completions": 0, "skipped_updates": 0,
+              "mc_rollouts": 0, **run_state.get("totals", {})}
     last_eval = _eval_state(run_state.get("last_eval")) or eval_before
     last_eval_step = run_state.get("last_eval_step", 0)
     step, stopped = start_step, None
@@ -221,16 +231,24 @@ def train(cfg: Config) -> dict[str, Any]:
 
             # 4. PRM on the gated groups only
             steps_t = None
+            mc_before = (getattr(scorer, "rollouts", 0), getattr(scorer, "completion_tokens", 0))
             if scorer is not None:
                 steps_t = prm_step_tensors(scorer, tokenizer, [train_set[i].text for i in local_idx],
                                            ro.completion_ids, ro.texts, G, T, groups)
                 if cfg.placebo == "steps":  # control: the same step scores, on random steps
                     steps_t.step_scores = permute_step_scores(steps_t.step_scores, steps_t.step_mask, groups,
                                                               placebo_generator(cfg.seed, step))
+            # Monte-Carlo step values sample continuations: rollouts the run's budget pays for.
+            mc_rollouts = getattr(scorer, "rollouts", 0) - mc_before[0]
+            sampled += mc_rollouts
+            sampled_tokens += getattr(scorer, "completion_tokens", 0) - mc_before[1]
 
             # 5. advantages [N, G, T]
             adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep, judged)
             m.update(adv_metrics)
+            if oracle is not None:
+                m.update(oracle_credit_metrics(cfg, oracle, tokenizer, [train_set[i].text for i in local_idx],
+                                               ro.completion_ids, ro.texts, rewards, adv))
 
             # 6-7. pi_old / pi_ref log-probs, then the clipped loss over PPO epochs x mini-batches
             t0 = time.perf_counter()
@@ -257,6 +275,8 @@ def train(cfg: Config) -> dict[str, Any]:
             m["gate/gated_groups"] = int(all_reduce(float(len(groups)), info))
             prm_rows = int(all_reduce(float(len(groups) * G if scorer is not None else 0), info))
             m["gate/prm_completions"] = prm_rows
+            m["gate/mc_rollouts"] = int(all_reduce(float(mc_rollouts), info))
+            totals["mc_rollouts"] += m["gate/mc_rollouts"]
             if steps_t is not None:
                 m["gate/steps_per_gated_response"] = steps_t.steps_per_response()
                 m["prm/nan_steps"] = int(all_reduce(float(steps_t.nan_steps), info))
@@ -534,6 +554,28 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _build_scorer(cfg: Config, engine, tokenizer, rewarder: OutcomeRewarder, train_set, train_ids, train_refs,
+                  options: dict[str, str], device: torch.device, info: DistInfo):
+    """The step scorer `cfg.prm` names; `mc:k=K` samples with this run's engine and verifiers."""
+    from veristep.train.mc_values import MCStepScorer, is_mc_spec, parse_mc_spec
+
+    if not is_mc_spec(cfg.prm):
+        from veristep.prm import load_scorer
+
+        return load_scorer(cfg.prm, device=cfg.prm_device or str(device), **options)
+    if info.enabled:
+        # Ranks gate different numbers of groups, so their extra generate calls would not line up.
+        raise ConfigError(f"prm={cfg.prm!r}: Monte-Carlo step values run in a single process only")
+    try:
+        opts = parse_mc_spec(cfg.prm)
+    except ValueError as err:
+        raise ConfigError(f"prm={cfg.prm!r}: {err}") from None
+    contexts = {p.text: (ids, refs) for p, ids, refs in zip(train_set, train_ids, train_refs, strict=True)}
+    return MCStepScorer(opts["k"], engine, tokenizer, rewarder, contexts, regex=None,
+                        low=cfg.reward_low, high=cfg.reward_high(), seed=cfg.seed * 7_919 + opts["seed"],
+                        **options)
+
+
 def _resolve_model(cfg: Config, info: DistInfo) -> str:
     """A local path or hub name for from_pretrained; builds the built-in warm start if asked."""
     if cfg.model != "builtin:warmstart":
@@ -662,6 +704,8 @@ def _summary(cfg: Config, out: Path, before: EvalResult | None, after_at: tuple[
         "acr_first": acr[0] if acr else None, "acr_last": acr[-1] if acr else None,
         "rollouts": totals["rollouts"], "completion_tokens": totals["completion_tokens"],
         "prm_completions": totals["prm_completions"], "skipped_updates": totals["skipped_updates"],
+        "mc_rollouts": totals["mc_rollouts"], "prm": cfg.prm if cfg.advantage in PRM_METHODS else None,
+        "credit": cfg.credit if cfg.advantage == "verigate" else None,
         "wall_s": time.perf_counter() - t_start,
         "output_dir": str(out), "metrics_path": str(metrics_path),
         "final_model": str(ckpt / "model") if ckpt else None,

@@ -12,6 +12,8 @@ from typing import Any
 #: The fixed metric names every step line carries (documented in docs/trainer.md, `## Metrics`).
 STEP_METRICS: tuple[str, ...] = (
     "gate/acr", "gate/all_wrong_rate", "gate/all_correct_rate", "gate/gated_groups",
+    "gate/mc_rollouts", "gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
+    "credit/adv_after_error", "credit/adv_answer",
     "adv/nonzero_frac", "reward/mean", "reward/std", "reward/unjudged_frac", "loss/policy", "loss/kl",
     "loss/clip_frac_low", "loss/clip_frac_high", "policy/entropy", "completion/len_mean",
     "completion/truncated_frac", "difficulty/easy", "difficulty/frontier", "difficulty/hard", "eval/pass@1",

@@ -243,3 +243,82 @@ def test_t22_verigate_batch():
     adv_any, _ = verigate_advantages(rewards, scores, mask, token_step, gate="any_collapsed",
                                      std="population")
     close(adv_any[2], [[1.2247, 0.0, -1.2247, -1.2247], [1.2247, 0.0, -1.2247, 0.0]])
+
+
+# ---- credit forms (section 8): T23-T26
+
+T23_STEPS = [[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.5]]  # o1 slips at step 2; answer lines neutral
+
+
+def _credit(steps, credit, **kw):
+    _, scores, mask, _ = ref.pad_case([[0.0] * len(steps)], [steps],
+                                      [[list(range(len(r))) for r in steps]], dtype=torch.float64)
+    return prm_step_advantages(scores, mask, std="population", credit=credit, **kw)[0], mask[0]
+
+
+def _unpad(t, mask):
+    return [[v for v, ok in zip(row, mrow, strict=True) if ok] for row, mrow in zip(t.tolist(), mask.tolist(), strict=True)]
+
+
+@pytest.mark.parametrize(("credit", "expected"), [
+    ("suffix", [[1.3229, 0.0, 0.0, -1.3229], [1.3229, 0.0, -1.3229]]),
+    ("min", [[-1.5811, -1.5811, 0.6325, 0.6325], [0.6325, 0.6325, 0.6325]]),
+    ("progress", [[0.0, -1.0, 0.0, 0.0], [0.0, 0.0, -0.5]]),
+])
+def test_t23_credit_forms_on_a_first_error(credit, expected):
+    adv, mask = _credit(T23_STEPS, credit)
+    close(_unpad(adv, mask)[0], expected[0])
+    close(_unpad(adv, mask)[1], expected[1])
+    assert (adv[~mask] == 0).all()
+    r_adv = ref.prm_step_advantages(T23_STEPS, ddof=0, eps=1e-6, credit=credit)
+    close(r_adv[0], expected[0])
+    close(r_adv[1], expected[1])
+
+
+def test_t24_min_credit_on_t7_scores():
+    adv, mask = _credit(T7_STEPS, "min")
+    expected = [[-0.8165, -0.8165, -0.8165], [1.2247, 1.2247]]
+    for got, want in zip(_unpad(adv, mask), expected, strict=True):
+        close(got, want)
+    for got, want in zip(ref.prm_step_advantages(T7_STEPS, ddof=0, eps=1e-6, credit="min"), expected, strict=True):
+        close(got, want)
+
+
+def test_t25_progress_credit_start_values():
+    steps = [*T7_STEPS, [0.2, 0.9]]
+    for start, expected in (
+        (1.0, [[-0.1, -0.4, -0.4], [-0.2, -0.6], [-0.8, 0.0]]),
+        (0.5, [[0.0, 0.0, -0.4], [0.0, -0.3], [-0.3, 0.0]]),
+    ):
+        adv, mask = _credit(steps, "progress", start=start)
+        for got, want in zip(_unpad(adv, mask), expected, strict=True):
+            close(got, want)
+        for got, want in zip(ref.prm_step_advantages(steps, 0, 1e-6, credit="progress", start=start),
+                             expected, strict=True):
+            close(got, want)
+    # No re-centring: a group whose rollouts all slip at the first step keeps its penalty.
+    adv, _ = _credit([[0.0, 0.0], [0.0, 1.0]], "progress")
+    close(adv, [[-1.0, 0.0], [-1.0, 0.0]])
+
+
+def test_t26_verigate_credit_option_on_tokens():
+    nan = float("nan")
+    rewards = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    scores = torch.tensor([[[0.9, 0.5, 0.1], [0.8, 0.2, nan]], [[nan] * 3] * 2], dtype=torch.float64)
+    mask = torch.tensor([[[True] * 3, [True, True, False]], [[False] * 3] * 2])
+    token_step = torch.tensor([[[0, 1, 2, 2], [0, 0, 1, -1]], [[0, 0, 0, -1], [0, 0, -1, -1]]])
+    adv, metrics = verigate_advantages(rewards, scores, mask, token_step, std="population", credit="progress")
+    close(adv[0], [[-0.1, -0.4, -0.4, -0.4], [-0.2, -0.2, -0.6, 0.0]])
+    a = 0.999998
+    close(adv[1], [[a, a, a, 0.0], [-a, -a, 0.0, 0.0]], tol=1e-6)  # mixed groups: GRPO, any credit
+    assert metrics["gate/gated_groups"] == 1
+    adv_min, _ = verigate_advantages(rewards, scores, mask, token_step, std="population", credit="min")
+    close(adv_min[0], [[-0.8165] * 4, [1.2247, 1.2247, 1.2247, 0.0]])  # T24 on tokens
+    adv_suffix, _ = verigate_advantages(rewards, scores, mask, token_step, std="population")
+    close(adv_suffix[0], [[1.5793, -0.1541, -1.1170, -1.1170], [0.6163, 0.6163, -0.9244, 0.0]])
+    with pytest.raises(ValueError, match="credit"):
+        verigate_advantages(rewards, scores, mask, token_step, credit="sum")
+    with pytest.raises(ValueError, match="centre_scores"):
+        verigate_advantages(rewards, scores, mask, token_step, credit="min", centre_scores=True)
+    with pytest.raises(ValueError, match="start"):
+        prm_step_advantages(scores[:1], mask[:1], credit="progress", start=float("nan"))

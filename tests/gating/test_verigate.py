@@ -73,15 +73,18 @@ def _reference_metrics(groups, steps, token_steps, adv_ref, gated):
     centre=st.booleans(),
     extra_steps=st.integers(0, 2),
     extra_tokens=st.integers(0, 3),
+    credit=st.sampled_from(["suffix", "min", "progress"]),
 )
-def test_matches_reference(case, gate, std, centre, extra_steps, extra_tokens):
+def test_matches_reference(case, gate, std, centre, extra_steps, extra_tokens, credit):
     groups, steps, token_steps = case
     ddof = 1 if std == "sample" else 0
     tensors = ref.pad_case(
         groups, steps, token_steps, extra_steps, extra_tokens, torch.float64, fill=float("nan")
     )
-    adv, metrics = verigate_advantages(*tensors, gate=gate, std=std, centre_scores=centre)
-    expected, gated = ref.verigate(groups, steps, token_steps, gate, 0.0, ddof, 1e-6, centre)
+    centre = centre and credit == "suffix"  # centring is a suffix-sum option
+    adv, metrics = verigate_advantages(*tensors, gate=gate, std=std, centre_scores=centre, credit=credit)
+    expected, gated = ref.verigate(groups, steps, token_steps, gate, 0.0, ddof, 1e-6, centre,
+                                   credit=credit)
     actual = ref.unpad_tokens(adv, tensors[3])
     for a_grp, e_grp in zip(actual, expected, strict=True):
         for a_row, e_row in zip(a_grp, e_grp, strict=True):
@@ -102,6 +105,10 @@ def test_step_estimators_match_reference(case, std):
     _, scores, mask, _ = ref.pad_case(groups, steps, token_steps, 1, 0, torch.float64)
     for fn, ref_fn in (
         (prm_step_advantages, lambda s: ref.prm_step_advantages(s, ddof, 1e-6)),
+        (lambda *a, **k: prm_step_advantages(*a, credit="min", **k),
+         lambda s: ref.prm_step_advantages(s, ddof, 1e-6, credit="min")),
+        (lambda *a, **k: prm_step_advantages(*a, credit="progress", start=0.7, **k),
+         lambda s: ref.prm_step_advantages(s, ddof, 1e-6, credit="progress", start=0.7)),
         (process_grpo_advantages, lambda s: ref.process_grpo(s, ddof, 1e-6)),
     ):
         out = fn(scores, mask, std=std)

@@ -104,3 +104,18 @@ def test_nonzero_frac_counts_coverage_not_information():
     steps.step_scores = torch.tensor([[[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]])
     _, informative = compute_advantages(cfg, rewards, mask, steps)
     assert constant["adv/nonzero_frac"] == informative["adv/nonzero_frac"] == 1.0
+
+
+@pytest.mark.parametrize("credit", ["suffix", "min", "progress"])
+def test_the_credit_option_reaches_the_gated_groups(credit):
+    from veristep import gating
+
+    cfg = make_config(advantage="verigate", credit=credit, adv_std="population", adv_eps=1e-6)
+    rewards = torch.tensor([[0.0, 0.0]])
+    steps = _rule_steps([[1.0, 0.0, 1.0], [1.0, 1.0, 1.0]])
+    adv, _ = compute_advantages(cfg, rewards, torch.ones(1, 2, 6), steps)
+    table = gating.prm_step_advantages(steps.step_scores, steps.step_mask, std="population", credit=credit)
+    expected = gating.steps_to_tokens(table, steps.token_step)
+    assert torch.allclose(adv, expected.float())
+    if credit == "progress":  # only the slip (step 1 of completion 0: tokens 2-3) is blamed
+        assert adv[0].tolist() == [[0.0, 0.0, -1.0, -1.0, 0.0, 0.0], [0.0] * 6]

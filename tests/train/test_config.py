@@ -18,7 +18,7 @@ def test_defaults_are_the_builtin_cpu_job():
 @pytest.mark.parametrize(("field", "value"), [
     ("advantage", "ppo"), ("loss_agg", "sum"), ("group_size", 1), ("temperature", 0.0),
     ("rollout", "sglang"), ("eps_low", 1.5), ("gate", "never"), ("verifier_weights", "1,2"),
-    ("old_logprobs", "engine"),
+    ("old_logprobs", "engine"), ("credit", "sum"),
 ])
 def test_invalid_values_name_the_field(field, value):
     with pytest.raises(ConfigError, match=field):
@@ -100,3 +100,9 @@ def test_renamed_field_says_its_new_name():
     with pytest.raises(ConfigError, match="pool_ema.*renamed to difficulty_ema"):
         make_config(pool_ema=0.5)
     assert make_config(difficulty_ema=0.5).difficulty_ema == 0.5
+
+
+def test_centring_is_a_suffix_credit_option():
+    assert make_config(credit="min").credit == "min"
+    with pytest.raises(ConfigError, match="centre_scores"):
+        make_config(credit="progress", centre_scores=True)

@@ -175,3 +175,18 @@ def test_bf16_compute_keeps_float32_master_weights_that_move(small_config, tiny_
     assert all(t.dtype == torch.float32 for t in after.values())
     moved = sum(int((after[k] != before[k]).sum()) for k in before)
     assert moved / sum(t.numel() for t in before.values()) > 0.5
+
+
+@pytest.mark.parametrize(("advantage", "prm", "blamed"), [("verigate", "oracle", 1.0), ("grpo", "rule", 0.0)])
+def test_credit_diagnostic_on_the_builtin_task(advantage, prm, blamed, small_config):
+    # A random tiny model gets every built-in problem wrong: every group is gated, and the oracle
+    # labels its first line wrong. Progress credit on oracle scores charges exactly that step.
+    cfg = make_config(**dict(small_config, dataset="builtin:arith:level=medium", eval_dataset=None,
+                             verifier="math", advantage=advantage, prm=prm, credit="progress",
+                             train_size=16, max_completion_len=12))
+    rows = read_metrics(train(cfg)["metrics_path"])
+    for r in rows:
+        assert r["gate/first_error_responses"] == 8
+        assert r["gate/first_error_blamed"] == blamed
+        assert r["credit/adv_first_error"] == (-1.0 if blamed else 0.0)
+        assert r["credit/adv_on_track"] in (None, 0.0) and r["credit/adv_after_error"] in (None, 0.0)

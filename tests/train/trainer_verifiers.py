@@ -65,3 +65,15 @@ class NeverJudgedVerifier(FirstCharVerifier):
     def verify(self, completion: str, reference: Any) -> VerifyResult:
         """Fail to judge one completion."""
         return VerifyResult(0.0, False, Status.TIMEOUT, detail="checker timed out")
+
+
+class ContainsMarkVerifier(FirstCharVerifier):
+    """Reward 1 when the completion contains MARK anywhere: depends on how a prefix is continued."""
+
+    kind = "contains_mark"
+    MARK = "z"
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Judge one completion."""
+        ok = self.MARK in completion
+        return VerifyResult(float(ok), ok, Status.CORRECT if ok else Status.WRONG)

@@ -1,0 +1,80 @@
+"""The experiment script's statistics, reading rule and aggregation (benchmarks/gating_experiment.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gating_experiment.py"
+spec = importlib.util.spec_from_file_location("gating_experiment", SCRIPT)
+exp = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = exp  # dataclasses look their module up while the class is created
+spec.loader.exec_module(exp)
+
+
+def test_sign_flip_p_is_exact():
+    # 3 positive pairs: only the all-plus and all-minus sign vectors reach |sum| = 6 -> 2/8
+    assert exp.sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)
+    # [3, -1]: sums 2, 4, -4, -2 -> |sum| >= 2 always
+    assert exp.sign_flip_p([3.0, -1.0]) == 1.0
+    assert exp.sign_flip_p([0.01] * 6) == pytest.approx(2 / 64)  # the smallest value with 6 seeds
+    assert exp.sign_flip_p([]) is None
+
+
+def test_mean_ci95_uses_student_t():
+    out = exp.mean_ci95([1.0, 2.0, 3.0])
+    half = 4.303 * 1.0 / math.sqrt(3)
+    assert out["mean"] == 2.0 and out["sd"] == 1.0
+    assert out["ci95"] == pytest.approx([2.0 - half, 2.0 + half])
+    assert exp.mean_ci95([5.0])["ci95"] == [None, None]
+    assert exp.t975(40) == 1.96
+
+
+def test_eval_noise_se_pools_seeds():
+    # two seeds, per-prompt differences with variance 1 over 4 prompts each: sqrt(2 * 1/4) / 2
+    d = [1.0, -1.0, 1.0, -1.0]
+    var = sum((x - 0) ** 2 for x in d) / 3
+    assert exp.eval_noise_se([d, d]) == pytest.approx(math.sqrt(2 * var / 4) / 2)
+
+
+def _rec(arm, seed, after, before=0.2, greedy=0.4):
+    return {"arm": arm, "seed": seed, "advantage": arm, "prm": None, "credit": None, "placebo": None,
+            "final": {"pass@1": after, "greedy": greedy, "pass@1_before": before, "greedy_before": 0.4,
+                      "pass@1_per_prompt": None, "greedy_per_prompt": None},
+            "curve": [{"rollouts": 0, "pass@1": before, "pass@1_se": 0.01},
+                      {"rollouts": 100, "pass@1": after, "pass@1_se": 0.01}],
+            "rollouts": 100, "mc_rollouts": 0, "prm_completions": 0, "optimizer_steps": 10,
+            "train_s": 1.0, "prm_s": 0.0, "wall_s": 1.0, "diagnostic": {"gate/first_error_blamed": None}}
+
+
+def test_summary_applies_the_reading_rule():
+    recs = []
+    for s in range(4):
+        recs += [_rec("grpo", s, 0.27 + 0.001 * s), _rec("good", s, 0.33 + 0.002 * s),
+                 _rec("placebo", s, 0.27), _rec("bad", s, 0.20 - 0.001 * s), _rec("same", s, 0.27 + 0.01 * (-1) ** s)]
+    summary = exp.summarise(recs, ["grpo", "good", "placebo", "bad", "same"], budget=100)
+    rows = {r["arm"]: r for r in summary["rows"]}
+    assert summary["positive_control"]["passed"] and summary["positive_control"]["mean"] == pytest.approx(0.0715)
+    assert rows["good"]["verdict"] == "helps"
+    assert rows["bad"]["verdict"] == "hurts"
+    assert rows["same"]["verdict"].startswith("null")
+    assert rows["good"]["pass@1_vs_grpo"]["p_sign_flip"] == pytest.approx(2 / 16)
+    assert rows["good"]["rollouts_to_grpo_final"] <= 100
+    assert rows["bad"]["rollouts_to_grpo_final"] is None
+    assert "helps" in exp.format_tables(summary)
+
+
+def test_arms_build_valid_trainer_configs(tmp_path):
+    from veristep.train.config import make_config
+
+    settings = exp.Settings()
+    for arm in exp.ARMS:
+        cfg = make_config(**exp.trainer_values(settings, arm, 0, tmp_path, 1, False))
+        if arm in exp.PROBE_ARMS:
+            assert cfg.credit == settings.probe_credit
+    with pytest.raises(ValueError, match="unknown arm"):
+        exp.trainer_values(settings, "nope", 0, tmp_path, 1, False)

@@ -494,6 +494,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extra-arms", default="oracle,oracle_eps0.2,oracle_eps0.4,avspo,sign,dapo",
                    help="further arms, run with --extra-seeds seeds")
     p.add_argument("--seeds", type=int, default=6, help="paired seeds 0..N-1 of the core arms")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="run core seeds FIRST..FIRST+SEEDS-1 (more seeds for an earlier run; aggregate with --from-runs)")
     p.add_argument("--extra-seeds", type=int, default=3, help="seeds of the extra arms")
     p.add_argument("--condition", choices=sorted(CONDITIONS), default="medium",
                    help="medium (the recipe's level) or stress (a medium/hard mix: " + CONDITIONS["stress"] + ")")
@@ -565,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
 
         warmstart.ensure_warm_start(settings.warmstart_dir, seed=0)  # once, before the parallel runs
     arms = core + extra
-    jobs = [(settings, a, s, args.runs_dir) for s in range(seeds) for a in core]
+    jobs = [(settings, a, s, args.runs_dir) for s in range(args.first_seed, args.first_seed + seeds) for a in core]
     jobs += [(settings, a, s, args.runs_dir) for s in range(extra_seeds) for a in extra]
     t0 = time.perf_counter()
     if args.from_json:

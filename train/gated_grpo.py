@@ -749,20 +749,17 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    from veristep.verifiers.cli.jsonl_io import InputError, UsageError
+    from veristep.verifiers.cli.jsonl_io import run_command
 
     cfg = parse_args(argv)
-    try:
+
+    def run() -> int:
         summary = train(cfg)
-    except UsageError as err:  # the exit codes of `veristep train`: 2 usage, 1 data
-        print(f"gated_grpo.py: error: {err}", file=sys.stderr)
-        return 2
-    except InputError as err:
-        print(f"gated_grpo.py: error: {err}", file=sys.stderr)
-        return 1
-    if int(os.environ.get("RANK", "0")) == 0:
-        print_summary(summary)
-    return 0
+        if int(os.environ.get("RANK", "0")) == 0:
+            print_summary(summary)
+        return 0
+
+    return run_command("gated_grpo.py", run)  # the exit codes of `veristep train`: 2 usage, 1 data
 
 
 if __name__ == "__main__":

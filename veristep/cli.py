@@ -14,14 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from veristep.verifiers.cli.jsonl_io import (
-    EXIT_DATA,
-    EXIT_OK,
-    EXIT_USAGE,
-    InputError,
-    OutputError,
-    UsageError,
-)
+from veristep.verifiers.cli.jsonl_io import EXIT_OK, run_command
 
 # Each module exposes `register(subparsers)`, adding its sub-command and setting `func` on it.
 # Listed lazily so `veristep --help` stays fast and a part's heavy imports load only when used.
@@ -126,13 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     prog = f"veristep {args.command}"
     try:
-        return int(args.func(args) or 0)
-    except UsageError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except (InputError, OutputError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_DATA
+        return run_command(prog, lambda: args.func(args))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -15,7 +15,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +43,19 @@ class InputError(ValueError):
 
 class OutputError(OSError):
     """The output could not be written (disk full, closed pipe): a one-line message."""
+
+
+def run_command(prog: str, run: Callable[[], int | None]) -> int:
+    """Run a command's work; its UsageError is exit 2 and its InputError / OutputError exit 1,
+    each one line `PROG: error: ...` on stderr instead of a traceback."""
+    try:
+        return int(run() or 0)
+    except UsageError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except (InputError, OutputError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_DATA
 
 
 @dataclass

@@ -149,8 +149,10 @@ def evaluate(engine: Any, prompt_ids: list[list[int]], references: list[list[Any
     return EvalResult(samples, counts.tolist(), greedy_hits, time.perf_counter() - t0)
 
 
-def evaluate_model(model_dir: str, seed: int = 0, **config: Any) -> EvalResult:
-    """Evaluate a saved model on a config's held-out set, as the trainer does (CPU or GPU)."""
+def evaluate_model(model_dir: str, seed: int = 0, rewarder: Any = None, **config: Any) -> EvalResult:
+    """Evaluate a saved model on a config's held-out set, as the trainer does (CPU or GPU).
+
+    Pass the `rewarder` of an earlier call to reuse its verifiers (and their workers)."""
     from .config import make_config
     from .data import load_train_and_eval
     from .distributed import setup
@@ -167,7 +169,8 @@ def evaluate_model(model_dir: str, seed: int = 0, **config: Any) -> EvalResult:
     tokenizer = _load_tokenizer(cfg.tokenizer or model_dir)
     model = _load_model(model_dir, torch.float32, info.device)
     _, eval_set = load_train_and_eval(cfg, tokenizer)
-    rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
+    if rewarder is None:
+        rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
     refs = rewarder.references([p.record for p in eval_set])
     ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
     engine = build_engine(cfg, model, tokenizer, model_dir, info.device, info.enabled)
@@ -188,11 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after-seed", type=int, default=None,
                         help="also evaluate `after` with other seeds, to show what common random numbers save")
     args = parser.parse_args(argv)
+    from .config import make_config
+    from .rewards import OutcomeRewarder
+
     config = {k: v for k, v in (("dataset", args.dataset), ("eval_size", args.eval_size)) if v is not None}
-    runs = {"before": evaluate_model(args.before, args.seed, **config),
-            "after": evaluate_model(args.after, args.seed, **config)}
+    cfg = make_config(**config)
+    # one set of verifiers for every evaluation: they read the same held-out references
+    shared = {"rewarder": OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers),
+              **config}
+    runs = {"before": evaluate_model(args.before, args.seed, **shared),
+            "after": evaluate_model(args.after, args.seed, **shared)}
     if args.after_seed is not None:
-        runs["after, other seeds"] = evaluate_model(args.after, args.after_seed, **config)
+        runs["after, other seeds"] = evaluate_model(args.after, args.after_seed, **shared)
     before = runs["before"]
     print(f"{before.prompts} prompts x {before.samples} samples at T=1, plus greedy; +- one standard error")
     for name, r in runs.items():

@@ -3,14 +3,14 @@
 Trains the built-in warm start on the built-in step-wise arithmetic task with the trainer
 (`veristep.train.gated_grpo.train`, its default recipe: medium level, G = 4 x 16 prompts, lr 3e-5,
 150 steps), once per arm and seed. Arms (`--arms`; `--probe-credit` is the credit form of the
-placebo, Monte-Carlo and oracle arms):
+placebo and oracle arms):
 
     grpo            outcome GRPO (the positive control: it must gain >= 5 points)
     suffix          VeriGate, rule PRM, suffix-sum credit (VeriGate as specified)
     min             VeriGate, rule PRM, PURE min-form credit
     progress        VeriGate, rule PRM, progress credit (drop of the running minimum)
     placebo         VeriGate, rule PRM, probe credit, step scores permuted within each gated group
-    mc              VeriGate, Monte-Carlo step values (mc:k=4), probe credit
+    mc              VeriGate, Monte-Carlo step values (mc:k=4), delta credit (change in value)
     oracle          VeriGate, exact oracle step labels, probe credit
     oracle_eps0.2   the same with 20 % of the labels flipped (and oracle_eps0.4: 40 %)
     avspo, sign, dapo   outcome-only alternatives
@@ -62,7 +62,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "min": {"advantage": "verigate", "prm": "rule", "credit": "min"},
     "progress": {"advantage": "verigate", "prm": "rule", "credit": "progress"},
     "placebo": {"advantage": "verigate", "prm": "rule", "placebo": "steps"},
-    "mc": {"advantage": "verigate", "prm": "mc:k=4"},
+    # Monte-Carlo values are values, not local correctness: their credit is the change in value.
+    "mc": {"advantage": "verigate", "prm": "mc:k=4", "credit": "delta"},
     "oracle": {"advantage": "verigate", "prm": "oracle"},
     "oracle_eps0.2": {"advantage": "verigate", "prm": "oracle:eps=0.2"},
     "oracle_eps0.4": {"advantage": "verigate", "prm": "oracle:eps=0.4"},
@@ -70,7 +71,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "sign": {"advantage": "sign"},
     "dapo": {"advantage": "dapo"},
 }
-PROBE_ARMS = ("placebo", "mc", "oracle", "oracle_eps0.2", "oracle_eps0.4")
+PROBE_ARMS = ("placebo", "oracle", "oracle_eps0.2", "oracle_eps0.4")
 #: Arms that spend rollouts beyond the batch (they train in chunks up to the budget).
 COSTLY_ARMS = ("mc", "dapo")
 #: Datasets of the two conditions: the default recipe's level, and a harder mix.

@@ -41,6 +41,7 @@ class Credit(str, Enum):
     SUFFIX = "suffix"  # VeriGate as specified: suffix sums, normalised over the group
     MIN = "min"  # PURE's min form: the minimum score from a step onward, normalised
     PROGRESS = "progress"  # the drop of the running minimum across a step, not re-centred
+    DELTA = "delta"  # the change of a value estimate (Monte-Carlo) across a step, not re-centred
 
 
 class Agg(str, Enum):

@@ -165,17 +165,31 @@ def running_min_progress(scores: Sequence[float], start: float = 1.0) -> list[fl
     return out
 
 
+def value_delta(scores: Sequence[float], start: float) -> list[float]:
+    """Change of value across each step: V_k - V_{k-1}, V_k = s_k, V_0 = start."""
+    out, value = [], start
+    for s in scores:
+        out.append(s - value)
+        value = s
+    return out
+
+
 def prm_step_advantages(
     steps: Steps, ddof: int, eps: float, centre: bool = False, credit: str = "suffix",
-    start: float = 1.0,
+    start: float | None = None,
 ) -> list[list[float]]:
     """VeriGate PRM branch for one group under a credit form (docs/gating-spec.md section 8).
 
     suffix: suffix sums, then normalised over all (i, j); min: suffix minima, normalised the
-    same way; progress: the drop of the running minimum, per rollout, no group statistics.
+    same way; progress: the drop of the running minimum, per rollout, no group statistics;
+    delta: the change of the score read as a value, from the group's mean first score.
     """
     if credit == "progress":
-        return [running_min_progress(row, start) for row in steps]
+        return [running_min_progress(row, 1.0 if start is None else start) for row in steps]
+    if credit == "delta":
+        firsts = [row[0] for row in steps if row]
+        v0 = start if start is not None else (sum(firsts) / len(firsts) if firsts else 0.0)
+        return [value_delta(row, v0) for row in steps]
     if credit == "min":
         values = [future_min(row) for row in steps]
     elif credit == "suffix":
@@ -204,7 +218,7 @@ def verigate(
     centre: bool = False,
     low: float = 0.0,
     credit: str = "suffix",
-    start: float = 1.0,
+    start: float | None = None,
 ) -> tuple[list[list[list[float]]], list[bool]]:
     """Token advantages per group / rollout / token (no padding) and which groups were gated.
 

@@ -6,6 +6,8 @@ comparison (spec test T8).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .checks import (
@@ -43,6 +45,27 @@ def _running_min_progress(scores: torch.Tensor, mask: torch.Tensor, start: float
     return torch.where(mask, v - prev, 0.0)
 
 
+def _value_delta(scores: torch.Tensor, mask: torch.Tensor, start: float | None) -> torch.Tensor:
+    """V_k - V_{k-1} with V_k = s_k (a value estimate) over the valid steps; masked positions 0.
+
+    V_0 is `start`, or with None the group's mean first-step value: every rollout's first
+    step estimates the prompt's value, so their mean is the estimate with the most samples.
+    """
+    steps = torch.arange(scores.shape[-1], device=scores.device)
+    last_valid = torch.where(mask, steps, -1).cummax(-1).values  # a masked step keeps the last V
+    if start is None:
+        has = mask.any(-1)
+        first = scores.gather(-1, mask.to(torch.int8).argmax(-1, keepdim=True)).squeeze(-1)
+        v0 = torch.where(has, first, 0.0).sum(-1) / has.sum(-1).clamp(min=1)  # [N]; NaN padding unread
+        v0 = v0[:, None].expand(scores.shape[:2])
+    else:
+        v0 = torch.full(scores.shape[:2], float(start), dtype=scores.dtype, device=scores.device)
+    held = scores.gather(-1, last_valid.clamp(min=0))
+    held = torch.where(last_valid >= 0, held, v0.unsqueeze(-1))
+    prev = torch.cat([v0.unsqueeze(-1), held[..., :-1]], dim=-1)
+    return torch.where(mask, scores - prev, 0.0)
+
+
 def future_cumulated_rewards(step_scores: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
     """c[n, g, j] = sum of the valid scores of steps k >= j (undiscounted); 0 on masked steps."""
     scores, mask = check_steps(step_scores, step_mask)
@@ -57,7 +80,7 @@ def prm_step_advantages(
     eps: float = 1e-6,
     centre_scores: bool = False,
     credit: str = "suffix",
-    start: float = 1.0,
+    start: float | None = None,
 ) -> torch.Tensor:
     """VeriGate's PRM branch for every group: [N, G, S] step advantages under a credit form.
 
@@ -65,8 +88,10 @@ def prm_step_advantages(
     centre_scores) normalised over all valid (rollout, step) pairs of the group; a group whose c
     are all equal, or that has no step, gets 0. `"min"` (PURE): the minimum score from the step
     onward, normalised the same way. `"progress"`: V_k - V_{k-1} with V_k = min(start, s_1..s_k),
-    the drop of the running minimum across step k, not re-centred (gating-spec.md section 8).
-    Masked steps get 0.
+    the drop of the running minimum across step k, not re-centred; V_0 = start (None: 1).
+    `"delta"`: V_k - V_k-1 with V_k = s_k, for scores that are value estimates (Monte-Carlo);
+    V_0 = start (None: the group's mean first-step value); not re-centred (gating-spec.md
+    section 8). Masked steps get 0.
     """
     scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
@@ -75,23 +100,26 @@ def prm_step_advantages(
     return _prm_step_advantages(scores, mask, ddof, eps, centre_scores, kind, start)
 
 
-def _check_credit(credit: str, centre_scores: bool, start: float) -> Credit:
+def _check_credit(credit: str, centre_scores: bool, start: float | None) -> Credit:
     """The credit form as an enum; centring only applies to suffix sums, start must be finite."""
     kind = parse_option(Credit, credit, "credit")
     if centre_scores and kind is not Credit.SUFFIX:
         raise ValueError(f"centre_scores applies to credit='suffix' only, got credit={kind.value!r}")
-    if not isinstance(start, (int, float)) or not torch.isfinite(torch.tensor(float(start))):
-        raise ValueError(f"start must be a finite number, got {start!r}")
+    if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float))
+                              or not math.isfinite(start)):
+        raise ValueError(f"start must be a finite number or None, got {start!r}")
     return kind
 
 
 def _prm_step_advantages(
     scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float, centre_scores: bool,
-    credit: Credit = Credit.SUFFIX, start: float = 1.0,
+    credit: Credit = Credit.SUFFIX, start: float | None = None,
 ) -> torch.Tensor:
     """prm_step_advantages without validation."""
     if credit is Credit.PROGRESS:
-        return _running_min_progress(scores, mask, float(start))
+        return _running_min_progress(scores, mask, 1.0 if start is None else float(start))
+    if credit is Credit.DELTA:
+        return _value_delta(scores, mask, start)
     if credit is Credit.MIN:
         return group_normalise(_suffix_min(scores, mask), mask, ddof, eps)
     if centre_scores:
@@ -149,7 +177,7 @@ def verigate_advantages(
     low: float = 0.0,
     high: float = 1.0,
     credit: str = "suffix",
-    start: float = 1.0,
+    start: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level VeriGate advantages [N, G, T] and metrics.
 
@@ -160,8 +188,8 @@ def verigate_advantages(
     token of o_i gets the GRPO advantage (r_i - mean) / (std + eps). A collapsed group goes
     to the PRM branch when `gate` selects it ("all_wrong": every reward at or below `low`;
     "any_collapsed": every collapsed group); its tokens get the step advantage of their step
-    (see prm_step_advantages: `credit` "suffix", "min" or "progress", `start` the progress
-    form's V_0). Other collapsed groups get 0; tokens pointing at a masked step
+    (see prm_step_advantages: `credit` "suffix", "min", "progress" or "delta", `start` the
+    V_0 of the last two). Other collapsed groups get 0; tokens pointing at a masked step
     get 0; padding gets 0.
     Metrics: gate/gated_groups (count), gate/steps_per_gated_response (mean over gated
     responses, 0 when none), gate/prm_flat_groups (gated groups whose PRM branch is all 0),

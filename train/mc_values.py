@@ -4,7 +4,8 @@ For each step of a completion, the prefix that ends with that step is continued 
 current policy through the trainer's rollout engine; each continuation is judged by the outcome
 verifier(s), and the step's value is the mean reward, mapped to [0, 1] by the reward range
 (Math-Shepherd's soft label, VinePPO's value estimate). The last step's value is the completion's
-own reward (nothing is left to sample). All prefixes of a batch go to the engine in one call.
+own reward (nothing is left to sample). All prefixes of a batch go to the engine in one call,
+each distinct (problem, prefix) once.
 The extra rollouts are counted (`rollouts`), so the trainer can log them and charge them to the
 run's budget.
 """
@@ -83,24 +84,28 @@ class MCStepScorer:
         if missing:
             raise ValueError(f"mc scorer: no model input for problem {missing[0][:60]!r}")
         splits = [split_steps(c, self.separator, self.regex) for c in completions]
-        # One engine call for every (completion, step) prefix but the last step of each.
-        jobs: list[tuple[int, int, str]] = []
+        # One engine call for every distinct (problem, step prefix) but a completion's last step:
+        # sampled completions of one prompt often share their first steps, and a shared prefix
+        # has one value, so it is continued once.
+        jobs: dict[tuple[str, str], int] = {}
+        where: dict[tuple[int, int], int] = {}
         for row, (completion, spans) in enumerate(zip(completions, splits, strict=True)):
             for j, (_, end) in enumerate(spans[:-1]):
-                jobs.append((row, j, completion[:end] + self.separator))
-        prefix_ids = self.tokenizer([p for _, _, p in jobs], add_special_tokens=False)["input_ids"] if jobs else []
-        inputs = [list(self.contexts[prompts[row]][0]) + list(ids) for (row, _, _), ids in zip(jobs, prefix_ids, strict=True)]
-        seeds = [(self.seed * 1_000_003 + self._calls * 10_007 + i * 7_919) % (2**31 - 1) for i in range(len(jobs))]
+                where[(row, j)] = jobs.setdefault((prompts[row], completion[:end] + self.separator), len(jobs))
+        keys = list(jobs)
+        prefix_ids = self.tokenizer([p for _, p in keys], add_special_tokens=False)["input_ids"] if keys else []
+        inputs = [list(self.contexts[prompt][0]) + list(ids) for (prompt, _), ids in zip(keys, prefix_ids, strict=True)]
+        seeds = [(self.seed * 1_000_003 + self._calls * 10_007 + i * 7_919) % (2**31 - 1) for i in range(len(keys))]
         values: dict[tuple[int, int], float] = {}
-        if jobs:
+        if keys:
             ro = self.engine.generate(inputs, self.k, seeds)
             self.rollouts += len(ro)
             self.completion_tokens += ro.num_tokens()
-            texts = [jobs[i // self.k][2] + ro.texts[i] for i in range(len(ro))]
-            refs = [self.contexts[prompts[jobs[i // self.k][0]]][1] for i in range(len(ro))]
+            texts = [keys[i // self.k][1] + ro.texts[i] for i in range(len(ro))]
+            refs = [self.contexts[keys[i // self.k][0]][1] for i in range(len(ro))]
             rewards = self.rewarder.score(texts, refs).rewards.tolist()
-            for n, (row, j, _) in enumerate(jobs):
-                values[(row, j)] = self._value(rewards[n * self.k:(n + 1) * self.k])
+            job_values = [self._value(rewards[n * self.k:(n + 1) * self.k]) for n in range(len(keys))]
+            values = {key: job_values[n] for key, n in where.items()}
         # The last step's value is the completion's own outcome.
         last = [(row, len(spans) - 1) for row, spans in enumerate(splits) if spans]
         if last:

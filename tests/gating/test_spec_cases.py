@@ -245,7 +245,7 @@ def test_t22_verigate_batch():
     close(adv_any[2], [[1.2247, 0.0, -1.2247, -1.2247], [1.2247, 0.0, -1.2247, 0.0]])
 
 
-# ---- credit forms (section 8): T23-T26
+# ---- credit forms (section 8): T23-T27
 
 T23_STEPS = [[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.5]]  # o1 slips at step 2; answer lines neutral
 
@@ -299,6 +299,33 @@ def test_t25_progress_credit_start_values():
     # No re-centring: a group whose rollouts all slip at the first step keeps its penalty.
     adv, _ = _credit([[0.0, 0.0], [0.0, 1.0]], "progress")
     close(adv, [[-1.0, 0.0], [-1.0, 0.0]])
+
+
+def test_t27_delta_credit_on_value_estimates():
+    steps = [[0.25, 0.75, 0.0], [0.75, 0.0]]
+    for start, expected in (
+        (None, [[-0.25, 0.5, -0.75], [0.25, -0.75]]),  # V_0 = the group's mean first value, 0.5
+        (1.0, [[-0.75, 0.5, -0.75], [-0.25, -0.75]]),
+    ):
+        adv, mask = _credit(steps, "delta", start=start)
+        for got, want in zip(_unpad(adv, mask), expected, strict=True):
+            close(got, want)
+        for got, want in zip(ref.prm_step_advantages(steps, 0, 1e-6, credit="delta", start=start),
+                             expected, strict=True):
+            close(got, want)
+    # A masked step in the middle keeps the value of the last valid one.
+    scores = torch.tensor([[[0.5, float("nan"), 0.25]]], dtype=torch.float64)
+    mask = torch.tensor([[[True, False, True]]])
+    close(prm_step_advantages(scores, mask, credit="delta", start=1.0)[0], [[-0.5, 0.0, -0.25]])
+    # On tokens through the gate: the all-wrong group gets the deltas, the mixed one GRPO.
+    rewards = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    padded = torch.tensor([[[0.25, 0.75, 0.0], [0.75, 0.0, 0.0]], [[0.0] * 3] * 2], dtype=torch.float64)
+    pmask = torch.tensor([[[True] * 3, [True, True, False]], [[False] * 3] * 2])
+    token_step = torch.tensor([[[0, 1, 2, 2], [0, 0, 1, -1]], [[0, 0, 0, -1], [0, 0, -1, -1]]])
+    adv, _ = verigate_advantages(rewards, padded, pmask, token_step, std="population", credit="delta")
+    close(adv[0], [[-0.25, 0.5, -0.75, -0.75], [0.25, 0.25, -0.75, 0.0]])
+    with pytest.raises(ValueError, match="start"):
+        prm_step_advantages(scores, mask, credit="delta", start=True)
 
 
 def test_t26_verigate_credit_option_on_tokens():

@@ -73,7 +73,7 @@ def _reference_metrics(groups, steps, token_steps, adv_ref, gated):
     centre=st.booleans(),
     extra_steps=st.integers(0, 2),
     extra_tokens=st.integers(0, 3),
-    credit=st.sampled_from(["suffix", "min", "progress"]),
+    credit=st.sampled_from(["suffix", "min", "progress", "delta"]),
 )
 def test_matches_reference(case, gate, std, centre, extra_steps, extra_tokens, credit):
     groups, steps, token_steps = case
@@ -109,6 +109,10 @@ def test_step_estimators_match_reference(case, std):
          lambda s: ref.prm_step_advantages(s, ddof, 1e-6, credit="min")),
         (lambda *a, **k: prm_step_advantages(*a, credit="progress", start=0.7, **k),
          lambda s: ref.prm_step_advantages(s, ddof, 1e-6, credit="progress", start=0.7)),
+        (lambda *a, **k: prm_step_advantages(*a, credit="delta", **k),
+         lambda s: ref.prm_step_advantages(s, ddof, 1e-6, credit="delta")),
+        (lambda *a, **k: prm_step_advantages(*a, credit="delta", start=0.7, **k),
+         lambda s: ref.prm_step_advantages(s, ddof, 1e-6, credit="delta", start=0.7)),
         (process_grpo_advantages, lambda s: ref.process_grpo(s, ddof, 1e-6)),
     ):
         out = fn(scores, mask, std=std)

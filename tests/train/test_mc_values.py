@@ -49,6 +49,19 @@ def test_values_depend_on_the_continuations(tiny_model, char_tokenizer):
     assert len(again.scores) == 4
 
 
+def test_a_shared_prefix_is_continued_once(tiny_model, char_tokenizer):
+    scorer = _scorer(tiny_model, char_tokenizer, FIRST_CHAR, k=3)
+    # Three completions share "ab\n"; two also share "ab\ncd\n": 2 distinct prefixes, not 5.
+    out = scorer.score_batch([PROBLEM] * 3, ["ab\ncd\nef", "ab\ncd\nxy", "ab\nzz"])
+    assert scorer.rollouts == 3 * 2
+    assert [o.scores for o in out] == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0]]
+    # The same prefix under another problem is another state: it is continued separately.
+    other = "Problem 1: 1 + 1 ="
+    scorer.contexts[other] = (char_tokenizer(other)["input_ids"], ["abc"])
+    scorer.score_batch([PROBLEM, other], ["ab\ncd", "ab\ncd"])
+    assert scorer.rollouts == 3 * 2 + 3 * 2
+
+
 def test_no_steps_and_unknown_problems(tiny_model, char_tokenizer):
     scorer = _scorer(tiny_model, char_tokenizer, FIRST_CHAR)
     assert scorer.score_batch([PROBLEM], ["  \n "])[0].scores == []
@@ -71,7 +84,7 @@ def test_bad_spec(spec):
 
 def test_trainer_counts_mc_rollouts_in_the_budget(small_config):
     # 16 random characters split at spaces, so some completions have several steps
-    cfg = make_config(**dict(small_config, verifier=NEVER, prm="mc:k=2", credit="progress",
+    cfg = make_config(**dict(small_config, verifier=NEVER, prm="mc:k=2", credit="delta",
                              prm_separator=" ", max_completion_len=16))
     summary = train(cfg)
     rows = read_metrics(summary["metrics_path"])
@@ -82,5 +95,6 @@ def test_trainer_counts_mc_rollouts_in_the_budget(small_config):
     assert summary["rollouts"] == 2 * 2 * 4 + mc  # the batches plus every continuation
     assert rows[-1]["train/rollouts_total"] == summary["rollouts"]
     assert all(r["time/prm_s"] > 0 for r in rows)
-    # Every value is 0 under NEVER: progress charges each rollout's first step -1
-    assert all(r["adv/nonzero_frac"] > 0 for r in rows)
+    # Every value is 0 under NEVER, so is the group's start value: delta credit is 0 throughout
+    assert all(r["adv/nonzero_frac"] == 0 for r in rows)
+    assert all(r["gate/prm_flat_groups"] == 2 for r in rows)

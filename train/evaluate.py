@@ -169,13 +169,18 @@ def evaluate_model(model_dir: str, seed: int = 0, rewarder: Any = None, **config
     tokenizer = _load_tokenizer(cfg.tokenizer or model_dir)
     model = _load_model(model_dir, torch.float32, info.device)
     _, eval_set = load_train_and_eval(cfg, tokenizer)
-    if rewarder is None:
+    own = rewarder is None
+    if own:
         rewarder = OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers)
-    refs = rewarder.references([p.record for p in eval_set])
-    ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
-    engine = build_engine(cfg, model, tokenizer, model_dir, info.device, info.enabled)
-    return evaluate(engine, ids, refs, rewarder, cfg.eval_samples or cfg.group_size, seed, info,
-                    cfg.eval_greedy)
+    try:
+        refs = rewarder.references([p.record for p in eval_set])
+        ids = _tokenize_prompts([p.model_input for p in eval_set], tokenizer, cfg)
+        engine = build_engine(cfg, model, tokenizer, model_dir, info.device, info.enabled)
+        return evaluate(engine, ids, refs, rewarder, cfg.eval_samples or cfg.group_size, seed, info,
+                        cfg.eval_greedy)
+    finally:
+        if own:
+            rewarder.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,12 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     config = {k: v for k, v in (("dataset", args.dataset), ("eval_size", args.eval_size)) if v is not None}
     cfg = make_config(**config)
     # one set of verifiers for every evaluation: they read the same held-out references
-    shared = {"rewarder": OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers),
-              **config}
-    runs = {"before": evaluate_model(args.before, args.seed, **shared),
-            "after": evaluate_model(args.after, args.seed, **shared)}
-    if args.after_seed is not None:
-        runs["after, other seeds"] = evaluate_model(args.after, args.after_seed, **shared)
+    with OutcomeRewarder(cfg.verifier_kinds(), cfg.verifier_weight_list(), cfg.verifier_workers) as rewarder:
+        shared = {"rewarder": rewarder, **config}
+        runs = {"before": evaluate_model(args.before, args.seed, **shared),
+                "after": evaluate_model(args.after, args.seed, **shared)}
+        if args.after_seed is not None:
+            runs["after, other seeds"] = evaluate_model(args.after, args.after_seed, **shared)
     before = runs["before"]
     print(f"{before.prompts} prompts x {before.samples} samples at T=1, plus greedy; +- one standard error")
     for name, r in runs.items():

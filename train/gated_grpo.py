@@ -324,6 +324,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 break
 
     log.close()
+    rewarder.close()  # its worker processes would otherwise live until garbage collection
     summary = _summary(cfg, out, eval_before, (last_eval, last_eval_step), totals, step, stopped,
                        t_start, info)
     teardown(info)

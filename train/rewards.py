@@ -63,6 +63,19 @@ class OutcomeRewarder:
             refs.append(row)
         return refs
 
+    def close(self) -> None:
+        """Stop the verifiers' worker processes (a later `score` starts new ones)."""
+        for verifier in self.verifiers:
+            close = getattr(verifier, "close", None)
+            if callable(close):
+                close()
+
+    def __enter__(self) -> OutcomeRewarder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def score(self, completions: Sequence[str], references: Sequence[list[Any]]) -> OutcomeRewards:
         """Rewards of `completions`; `references[b]` holds one reference per verifier."""
         t0 = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import string
 from pathlib import Path
@@ -125,3 +126,18 @@ def test_a_nan_step_score_keeps_its_step_with_the_neutral_score():
 
 def test_unjudged_status_set_includes_the_bad_reference():
     assert not VerifyResult(0.0, False, Status.BAD_REFERENCE).judged
+
+
+def test_close_stops_the_verifiers_worker_processes():
+    symbolic = ["\\boxed{\\frac{x^2-1}{x-1}}"], [["x+1"]]  # beyond the in-process fast path
+    with OutcomeRewarder(["math"], [1.0], workers=2) as rewarder:
+        assert rewarder.score(*symbolic).correct.tolist() == [True]
+        pids = rewarder.verifiers[0].worker_pids()
+        assert pids
+    assert rewarder.verifiers[0].worker_pids() == []
+    for pid in pids:  # reaped: no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # A later call starts new workers.
+    assert rewarder.score(*symbolic).correct.tolist() == [True]
+    rewarder.close()

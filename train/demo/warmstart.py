@@ -295,8 +295,25 @@ def train_warm_start(out_dir: Path, recipe: WarmStartRecipe, seed: int) -> dict[
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "pinned_env": {k: os.environ.get(k) for k in pinned_env(recipe)},
+        "build_machine": _build_machine(),
         "eval": evaluation,
     }
+
+
+def _build_machine() -> dict[str, str]:
+    """Library versions and CPU model: what to compare when two machines' weights differ."""
+    import platform
+
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "cpu": cpu}
 
 
 def _encode_demos(tokenizer, pairs: list[tuple[str, str]]):

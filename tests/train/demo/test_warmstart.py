@@ -75,6 +75,7 @@ def test_two_builds_give_identical_weights_and_record_their_checksum(tmp_path, c
     wb = load_file(str(other / "model.safetensors"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert a["pinned_env"]["MKL_CBWR"] == "AVX2" and a["torch_threads"] == 1
+    assert a["build_machine"]["torch"] == torch.__version__ and a["build_machine"]["cpu"]
     # another seed is another model (the checksum tells them apart)
     third = warmstart.ensure_warm_start(tmp_path / "seed2", seed=2, **TINY)
     assert warmstart.load_meta(third)["weights_sha256"] != a["weights_sha256"]

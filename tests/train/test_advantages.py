@@ -106,7 +106,7 @@ def test_nonzero_frac_counts_coverage_not_information():
     assert constant["adv/nonzero_frac"] == informative["adv/nonzero_frac"] == 1.0
 
 
-@pytest.mark.parametrize("credit", ["suffix", "min", "progress"])
+@pytest.mark.parametrize("credit", ["suffix", "min", "progress", "delta"])
 def test_the_credit_option_reaches_the_gated_groups(credit):
     from veristep import gating
 
@@ -119,3 +119,5 @@ def test_the_credit_option_reaches_the_gated_groups(credit):
     assert torch.allclose(adv, expected.float())
     if credit == "progress":  # only the slip (step 1 of completion 0: tokens 2-3) is blamed
         assert adv[0].tolist() == [[0.0, 0.0, -1.0, -1.0, 0.0, 0.0], [0.0] * 6]
+    if credit == "delta":  # V_0 = 1 (both first steps score 1): the slip -1, the recovery after it +1
+        assert adv[0].tolist() == [[0.0, 0.0, -1.0, -1.0, 1.0, 1.0], [0.0] * 6]

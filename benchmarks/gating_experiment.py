@@ -11,6 +11,8 @@ placebo and oracle arms):
     progress        VeriGate, rule PRM, progress credit (drop of the running minimum)
     placebo         VeriGate, rule PRM, probe credit, step scores permuted within each gated group
     mc              VeriGate, Monte-Carlo step values (mc:k=4), delta credit (change in value)
+    mc_steps        the same for GRPO's number of optimizer steps, its continuations not charged:
+                    a mechanism check (is the signal worth anything per step?), not an equal budget
     oracle          VeriGate, exact oracle step labels, probe credit
     oracle_eps0.2   the same with 20 % of the labels flipped (and oracle_eps0.4: 40 %)
     avspo, sign, dapo   outcome-only alternatives
@@ -64,6 +66,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "placebo": {"advantage": "verigate", "prm": "rule", "placebo": "steps"},
     # Monte-Carlo values are values, not local correctness: their credit is the change in value.
     "mc": {"advantage": "verigate", "prm": "mc:k=4", "credit": "delta"},
+    "mc_steps": {"advantage": "verigate", "prm": "mc:k=4", "credit": "delta"},
     "oracle": {"advantage": "verigate", "prm": "oracle"},
     "oracle_eps0.2": {"advantage": "verigate", "prm": "oracle:eps=0.2"},
     "oracle_eps0.4": {"advantage": "verigate", "prm": "oracle:eps=0.4"},

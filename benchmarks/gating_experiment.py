@@ -48,6 +48,7 @@ import shutil
 import statistics
 import sys
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
@@ -340,14 +341,18 @@ def learning_curve(runs: list[dict[str, Any]], grid: list[float]) -> dict[str, l
         ys.append(np.interp(grid, xs, [c["pass@1"] for c in pts], right=np.nan))
         ses.append(np.interp(grid, xs, [c["pass@1_se"] or 0.0 for c in pts], right=np.nan))
     y, se = np.array(ys), np.array(ses)
-    mean = np.nanmean(y, 0)
     n = len(runs)
-    if n >= 3:
-        half = t975(n - 1) * np.nanstd(y, 0, ddof=1) / math.sqrt(n)
-        kind = "t over seeds"
-    else:
-        half = 1.96 * np.sqrt(np.nanmean(se**2, 0) / n)
-        kind = "evaluation noise only (fewer than 3 seeds)"
+    # Grid points past every run's last rollout (an arm that stopped short of the budget) are
+    # NaN columns: they stay None in the output, without numpy's empty-slice warnings.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(y, 0)
+        if n >= 3:
+            half = t975(n - 1) * np.nanstd(y, 0, ddof=1) / math.sqrt(n)
+            kind = "t over seeds"
+        else:
+            half = 1.96 * np.sqrt(np.nanmean(se**2, 0) / n)
+            kind = "evaluation noise only (fewer than 3 seeds)"
     clean = lambda a: [None if not np.isfinite(v) else float(v) for v in a]  # noqa: E731
     return {"rollouts": list(grid), "mean": clean(mean), "lo": clean(mean - half), "hi": clean(mean + half),
             "ci": kind}
@@ -540,6 +545,17 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _prepare_warm_start(settings: Settings, recipe_json: str | None) -> None:
+    """Build the warm start once, before the parallel runs (a larger recipe becomes the model)."""
+    from veristep.train.demo import warmstart
+
+    if recipe_json:
+        path = warmstart.ensure_warm_start(settings.warmstart_dir, seed=0, **json.loads(recipe_json))
+        settings.overrides.setdefault("model", str(path))
+    elif settings.overrides.get("model", "builtin:warmstart") == "builtin:warmstart":
+        warmstart.ensure_warm_start(settings.warmstart_dir, seed=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the arms, aggregate, write JSON and PNG, print the tables."""
     args = parse_args(argv)
@@ -561,15 +577,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for arm in core + extra:  # a bad arm or field fails now, not after hours
         make_config(**trainer_values(settings, arm, 0, Path(args.runs_dir) / "check", 1, False))
-    if args.warmstart_recipe:
-        from veristep.train.demo import warmstart
-
-        path = warmstart.ensure_warm_start(settings.warmstart_dir, seed=0, **json.loads(args.warmstart_recipe))
-        settings.overrides.setdefault("model", str(path))
-    elif settings.overrides.get("model", "builtin:warmstart") == "builtin:warmstart":
-        from veristep.train.demo import warmstart
-
-        warmstart.ensure_warm_start(settings.warmstart_dir, seed=0)  # once, before the parallel runs
+    if not (args.from_json or args.from_runs):  # only training needs the warm start
+        _prepare_warm_start(settings, args.warmstart_recipe)
     arms = core + extra
     jobs = [(settings, a, s, args.runs_dir) for s in range(args.first_seed, args.first_seed + seeds) for a in core]
     jobs += [(settings, a, s, args.runs_dir) for s in range(extra_seeds) for a in extra]

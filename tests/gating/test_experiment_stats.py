@@ -78,3 +78,23 @@ def test_arms_build_valid_trainer_configs(tmp_path):
             assert cfg.credit == settings.probe_credit
     with pytest.raises(ValueError, match="unknown arm"):
         exp.trainer_values(settings, "nope", 0, tmp_path, 1, False)
+
+
+def test_aggregating_finished_runs_builds_no_warm_start(tmp_path):
+    import json
+
+    runs = tmp_path / "runs"
+    for arm, after in (("grpo", 0.28), ("suffix", 0.27)):
+        for seed in range(2):
+            (runs / f"{arm}-seed{seed}").mkdir(parents=True)
+            rec = {**_rec(arm, seed, after + 0.001 * seed), "output_dir": str(runs / f"{arm}-seed{seed}")}
+            (runs / f"{arm}-seed{seed}" / "record.json").write_text(json.dumps(rec))
+    warm = tmp_path / "warmstart"
+    out = tmp_path / "results" / "agg"
+    assert exp.main(["--arms", "grpo,suffix", "--extra-arms", "", "--seeds", "2", "--from-runs",
+                     "--runs-dir", str(runs), "--warmstart-dir", str(warm), "--results", str(out)]) == 0
+    assert not warm.exists()  # minutes of CPU saved: aggregation trains nothing
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["reduced"] and len(report["runs"]) == 4
+    row = {r["arm"]: r for r in report["table"]}["suffix"]
+    assert row["pass@1_vs_grpo"]["mean"] == pytest.approx(-0.01)

@@ -48,7 +48,6 @@ import shutil
 import statistics
 import sys
 import time
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
@@ -342,17 +341,15 @@ def learning_curve(runs: list[dict[str, Any]], grid: list[float]) -> dict[str, l
         ses.append(np.interp(grid, xs, [c["pass@1_se"] or 0.0 for c in pts], right=np.nan))
     y, se = np.array(ys), np.array(ses)
     n = len(runs)
-    # Grid points past every run's last rollout (an arm that stopped short of the budget) are
-    # NaN columns: they stay None in the output, without numpy's empty-slice warnings.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(y, 0)
-        if n >= 3:
-            half = t975(n - 1) * np.nanstd(y, 0, ddof=1) / math.sqrt(n)
-            kind = "t over seeds"
-        else:
-            half = 1.96 * np.sqrt(np.nanmean(se**2, 0) / n)
-            kind = "evaluation noise only (fewer than 3 seeds)"
+    # A grid point past some seed's last rollout (an arm that stopped short of the budget) is
+    # NaN, so None in the output: a mean over the seeds that got there would mix populations.
+    mean = y.mean(0)
+    if n >= 3:
+        half = t975(n - 1) * y.std(0, ddof=1) / math.sqrt(n)
+        kind = "t over seeds"
+    else:
+        half = 1.96 * np.sqrt((se**2).mean(0) / n)
+        kind = "evaluation noise only (fewer than 3 seeds)"
     clean = lambda a: [None if not np.isfinite(v) else float(v) for v in a]  # noqa: E731
     return {"rollouts": list(grid), "mean": clean(mean), "lo": clean(mean - half), "hi": clean(mean + half),
             "ci": kind}

@@ -446,15 +446,17 @@ def plot(summary: dict[str, Any], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    for i, (arm, c) in enumerate(summary["curves"].items()):
+    colour = {arm: plt.get_cmap("tab20")(i % 20) for i, arm in enumerate(r["arm"] for r in summary["rows"])}
+    for arm, c in summary["curves"].items():
         keep = [k for k, m in enumerate(c["mean"]) if m is not None]
         xs, mean, lo, hi = ([c[key][k] for k in keep] for key in ("rollouts", "mean", "lo", "hi"))
-        axes[0].plot(xs, mean, color=f"C{i}", lw=2 if arm in ("grpo", "suffix") else 1.3, label=arm)
-        axes[0].fill_between(xs, lo, hi, color=f"C{i}", alpha=0.12)
+        axes[0].plot(xs, mean, color=colour[arm], lw=2 if arm in ("grpo", "suffix") else 1.3, label=arm)
+        axes[0].fill_between(xs, lo, hi, color=colour[arm], alpha=0.12)
     ci_kind = next(iter(summary["curves"].values()))["ci"] if summary["curves"] else ""
     axes[0].set(xlabel="training rollouts consumed", ylabel="held-out pass@1 (T=1)",
                 title=f"learning curves (95% CI: {ci_kind})")
-    axes[0].legend(fontsize=8)
+    axes[0].set_ylim(bottom=max(0.0, axes[0].get_ylim()[0]))
+    axes[0].legend(fontsize=7, ncol=2)
     rows = [r for r in summary["rows"] if r.get("pass@1_vs_grpo")]
     for j, r in enumerate(rows):
         d = r["pass@1_vs_grpo"]
@@ -469,12 +471,14 @@ def plot(summary: dict[str, Any], path: Path, title: str) -> None:
         axes[1].plot([j] * len(d["diffs"]), [100 * x for x in d["diffs"]], "x", color="C3", alpha=0.7)
     axes[1].axhline(0, color="grey", lw=1)
     axes[1].set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=30, fontsize=8)
-    axes[1].set(ylabel="points", title="final pass@1 minus GRPO (paired by seed; x = single seeds)")
+    # symlog: differences of a point or two stay readable beside an arm that collapsed
+    axes[1].set_yscale("symlog", linthresh=2.0)
+    axes[1].set(ylabel="points (linear within +-2)", title="final pass@1 minus GRPO (paired by seed; x = single seeds)")
     if rows:
         axes[1].legend(fontsize=7)
     names = [r["arm"] for r in summary["rows"]]
     blamed = [100 * (r["diagnostic"]["gate/first_error_blamed"] or 0.0) for r in summary["rows"]]
-    axes[2].bar(range(len(names)), blamed, color=[f"C{i}" for i in range(len(names))])
+    axes[2].bar(range(len(names)), blamed, color=[colour[n] for n in names])
     axes[2].set_xticks(range(len(names)), names, rotation=30, fontsize=8)
     axes[2].set(ylabel="% of all-wrong responses", ylim=(0, 100),
                 title="first wrong step gets a negative advantage")

@@ -39,10 +39,14 @@ from .task import LEVELS, check_completion, make_noisy_demonstrations, make_prob
 RECIPE_VERSION = 3
 META_FILE = "warmstart.json"
 WEIGHTS_FILE = "model.safetensors"
-#: Weight checksums of reference builds (recipe hash -> sha256), to tell whether this machine
-#: reproduced them; a different checksum is reported, not an error.
-REFERENCE_SHA256: dict[str, str] = {
-    "86e97d6bc5f283e3": "86879150ef37a214c7e3a796b32444ea4933030ec2ee29f992293cb1a58d59d3",
+#: Weight checksums of reference builds (recipe hash -> {sha256: the machine that built it}), to
+#: tell a user which documented numbers their machine reproduces (docs/trainer.md, warm start).
+REFERENCE_SHA256: dict[str, dict[str, str]] = {
+    "86e97d6bc5f283e3": {
+        "86879150ef37a214c7e3a796b32444ea4933030ec2ee29f992293cb1a58d59d3": "the first reference machine",
+        "0749d44a0fdd1876e1961a84f68aa9cd60cf498607d0bab0757904f159e87f39":
+            "AMD EPYC, torch 2.13.0+cpu, transformers 5.19.0",
+    },
 }
 
 
@@ -167,14 +171,15 @@ def weights_sha256(model_dir: str | Path) -> str:
 
 
 def describe_checksum(meta: dict[str, Any]) -> str:
-    """One line: the weights' checksum and whether it matches the reference build of this recipe."""
+    """One line: the weights' checksum and which reference build of this recipe it matches, if any."""
     sha = meta.get("weights_sha256", "")
-    ref = REFERENCE_SHA256.get(meta.get("hash", ""))
-    if ref is None:
+    refs = REFERENCE_SHA256.get(meta.get("hash", ""))
+    if not refs:
         return f"weights sha256 {sha[:16]} (no reference build for this recipe)"
-    if ref == sha:
-        return f"weights sha256 {sha[:16]}, identical to the reference build"
-    return (f"weights sha256 {sha[:16]} differ from the reference build's {ref[:16]}: this machine "
+    if sha in refs:
+        return f"weights sha256 {sha[:16]}, identical to the reference build on {refs[sha]}"
+    known = ", ".join(k[:16] for k in refs)
+    return (f"weights sha256 {sha[:16]} differ from every reference build's ({known}): this machine "
             "computes differently (see docs/trainer.md, warm start); results will not match the docs")
 
 

@@ -98,10 +98,10 @@ def test_changed_weights_are_detected_and_rebuilt(tmp_path, capfd):
 def test_describe_checksum_compares_with_the_reference_build(monkeypatch):
     meta = {"hash": "abc", "weights_sha256": "1" * 64}
     assert "no reference build" in warmstart.describe_checksum(meta)
-    monkeypatch.setitem(warmstart.REFERENCE_SHA256, "abc", "1" * 64)
-    assert "identical to the reference build" in warmstart.describe_checksum(meta)
-    monkeypatch.setitem(warmstart.REFERENCE_SHA256, "abc", "2" * 64)
-    assert "differ from the reference build" in warmstart.describe_checksum(meta)
+    monkeypatch.setitem(warmstart.REFERENCE_SHA256, "abc", {"2" * 64: "machine A", "1" * 64: "machine B"})
+    assert "identical to the reference build on machine B" in warmstart.describe_checksum(meta)
+    monkeypatch.setitem(warmstart.REFERENCE_SHA256, "abc", {"2" * 64: "machine A"})
+    assert "differ from every reference build's (2222222222222222)" in warmstart.describe_checksum(meta)
 
 
 def test_no_training_or_held_out_prompt_was_a_demonstration():

@@ -98,3 +98,35 @@ def test_aggregating_finished_runs_builds_no_warm_start(tmp_path):
     assert report["reduced"] and len(report["runs"]) == 4
     row = {r["arm"]: r for r in report["table"]}["suffix"]
     assert row["pass@1_vs_grpo"]["mean"] == pytest.approx(-0.01)
+
+
+def _gpu_script_args() -> list[str]:
+    """The experiment arguments of benchmarks/gating_experiment_gpu.sh, as bash would pass them."""
+    import shlex
+
+    text = (SCRIPT.parent / "gating_experiment_gpu.sh").read_text()
+    command = text[text.index('exec "$PYTHON" benchmarks/gating_experiment.py'):].replace("\\\n", " ")
+    words = shlex.split(command)  # the exec is the script's last command
+    assert words[-1] == "$@"
+    return words[3:-1]
+
+
+def test_gpu_script_arguments_build_valid_runs(tmp_path):
+    # The GPU scale-up has never had a GPU to run on: its flags, warm-start recipe and trainer
+    # overrides are checked here, so a typo fails on CPU rather than after a GPU machine starts.
+    import json
+
+    from veristep.train.config import make_config
+    from veristep.train.demo.warmstart import recipe_from_kwargs
+
+    args = exp.parse_args(_gpu_script_args())
+    recipe = recipe_from_kwargs(**json.loads(args.warmstart_recipe))
+    assert recipe.hidden_size == 256 and args.device == "cuda"
+    settings = exp.Settings(steps=args.steps, prompts_per_step=args.prompts_per_step, eval_size=args.eval_size,
+                            eval_interval=args.eval_interval, device=args.device, overrides=exp._overrides(args.set))
+    assert settings.rollout_budget == 10 * exp.Settings().rollout_budget
+    arms = [a for a in (args.arms + "," + args.extra_arms).split(",") if a]
+    assert {"grpo", "suffix", "progress", "placebo", "mc"} <= set(arms)
+    for arm in arms:
+        cfg = make_config(**exp.trainer_values(settings, arm, 0, tmp_path, 1, False))
+        assert cfg.device == "cuda" and cfg.micro_batch_size == 320

@@ -280,6 +280,7 @@ def collect(arm: str, seed: int, summary: dict[str, Any], out: Path, wall: float
         vals = [r[key] for r in rows if r.get(key) is not None]
         return statistics.fmean(vals) if vals else None
 
+    lengths = [r["completion/len_mean"] for r in rows if r.get("completion/len_mean") is not None]
     evals = _final_eval(out)
     after, before = evals.get("last_eval", {}), evals.get("eval_before", {})
     final = {"pass@1": summary.get("accuracy_after"), "greedy": summary.get("greedy_after"),
@@ -299,8 +300,21 @@ def collect(arm: str, seed: int, summary: dict[str, Any], out: Path, wall: float
         "prm_s": round(sum(r.get("time/prm_s") or 0.0 for r in rows), 1),
         "acr_mean": summary.get("acr_mean"), "final": final, "curve": curve,
         "diagnostic": {k: mean_of(k) for k in DIAGNOSTIC_KEYS},
+        # a credit form that pays for dropping steps shows here first (tokens per completion)
+        "completion_len": {"first10": statistics.fmean(lengths[:10]) if lengths else None,
+                           "last10": statistics.fmean(lengths[-10:]) if lengths else None},
         "output_dir": str(out),
     }
+
+
+def recollect(record_file: Path) -> dict[str, Any]:
+    """A finished run's record rebuilt from its folder (metrics, summary, checkpoint) where they remain."""
+    rec = json.loads(record_file.read_text())
+    out = record_file.parent
+    if not ((out / "summary.json").exists() and (out / "metrics.jsonl").exists()):
+        return rec
+    summary = json.loads((out / "summary.json").read_text())
+    return collect(rec["arm"], rec["seed"], summary, out, rec["wall_s"], rec["trainer_calls"])
 
 
 def _run_job(job: tuple[Settings, str, int, str]) -> dict[str, Any]:
@@ -387,6 +401,8 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int) -> di
         for key in ("rollouts", "mc_rollouts", "prm_completions", "optimizer_steps", "train_s", "prm_s", "wall_s"):
             row[key] = statistics.fmean([r[key] for r in rs])
         row["diagnostic"] = {k: _mean_none([r["diagnostic"].get(k) for r in rs]) for k in DIAGNOSTIC_KEYS}
+        row["completion_len"] = {k: _mean_none([r.get("completion_len", {}).get(k) for r in rs])
+                                 for k in ("first10", "last10")}
         if grpo_final is not None and arm in curves:
             c = curves[arm]
             hit = next((x for x, m in zip(c["rollouts"], c["mean"], strict=True)
@@ -420,13 +436,16 @@ def format_tables(summary: dict[str, Any]) -> str:
             f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {ci(r.get('greedy_vs_grpo'))} "
             f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
     lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
-              "| non-zero adv. |", "|---" * 7 + "|"]
+              "| non-zero adv. | tokens per completion, first -> last 10 steps |", "|---" * 8 + "|"]
     for r in summary["rows"]:
         d = {k: r["diagnostic"].get(k) for k in DIAGNOSTIC_KEYS}
         f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
+        n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        length = r.get("completion_len") or {}
         lines.append(f"| {r['arm']} | {_pct(d['gate/first_error_blamed'])} | {f(d['credit/adv_on_track'])} "
                      f"| {f(d['credit/adv_first_error'])} | {f(d['credit/adv_after_error'])} "
-                     f"| {f(d['credit/adv_answer'])} | {_pct(d['adv/nonzero_frac'])} |")
+                     f"| {f(d['credit/adv_answer'])} | {_pct(d['adv/nonzero_frac'])} "
+                     f"| {n(length.get('first10'))} -> {n(length.get('last10'))} |")
     lines += ["", "| arm | rollouts (MC) | PRM-scored | opt. steps | train s | PRM s | s / 1k rollouts "
               "| rollouts to GRPO's final pass@1 |", "|---" * 8 + "|"]
     for r in summary["rows"]:
@@ -587,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         records = [r for r in json.loads(args.from_json.read_text())["runs"] if r["arm"] in arms]
     elif args.from_runs:
-        found = [json.loads(f.read_text()) for f in sorted(Path(args.runs_dir).glob("*/record.json"))]
+        found = [recollect(f) for f in sorted(Path(args.runs_dir).glob("*/record.json"))]
         records = [r for r in found if r["arm"] in arms]
         print(f"aggregating {len(records)} finished runs from {args.runs_dir}", flush=True)
     else:

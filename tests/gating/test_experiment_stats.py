@@ -130,3 +130,29 @@ def test_gpu_script_arguments_build_valid_runs(tmp_path):
     for arm in arms:
         cfg = make_config(**exp.trainer_values(settings, arm, 0, tmp_path, 1, False))
         assert cfg.device == "cuda" and cfg.micro_batch_size == 320
+
+
+def test_aggregation_recollects_runs_from_their_folders(tmp_path):
+    # A record written by older code lacks completion lengths; --from-runs rebuilds it from the
+    # run's metrics and summary, so a new diagnostic reaches runs that finished before it existed.
+    import json
+
+    out = tmp_path / "min-seed0"
+    out.mkdir()
+    lengths = [56.0] * 10 + [50.0] * 20 + [26.0] * 10
+    rows = [{"step": i + 1, "completion/len_mean": v, "train/rollouts_total": 64 * (i + 1),
+             "eval/pass@1": 0.05 if i == len(lengths) - 1 else None, "gate/first_error_blamed": 0.5}
+            for i, v in enumerate(lengths)]
+    (out / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (out / "summary.json").write_text(json.dumps({"steps": 40, "rollouts": 2560, "accuracy_before": 0.2,
+                                                  "accuracy_after": 0.05, "advantage": "verigate"}))
+    old = {k: v for k, v in _rec("min", 0, 0.05).items() if k != "completion_len"}
+    (out / "record.json").write_text(json.dumps({**old, "trainer_calls": 1, "output_dir": str(out)}))
+    rec = exp.recollect(out / "record.json")
+    assert rec["completion_len"] == {"first10": 56.0, "last10": 26.0}
+    assert rec["final"]["pass@1"] == 0.05 and rec["optimizer_steps"] == 40
+    assert rec["diagnostic"]["gate/first_error_blamed"] == 0.5
+    table = exp.format_tables(exp.summarise([rec], ["min"], budget=2560))
+    assert "| 56 -> 26 |" in table
+    (out / "summary.json").unlink()  # a folder without its summary: the record as written
+    assert "completion_len" not in exp.recollect(out / "record.json")

@@ -337,6 +337,11 @@ def _run_job(job: tuple[Settings, str, int, str]) -> dict[str, Any]:
 # Aggregation
 
 
+def _p(paired_row: dict[str, Any] | None) -> str:
+    p = (paired_row or {}).get("p_sign_flip")
+    return "-" if p is None else f"{p:.2g}"
+
+
 def _pct(v: float | None, digits: int = 1, sign: bool = False) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -432,7 +437,7 @@ def format_tables(summary: dict[str, Any]) -> str:
         vg = r.get("pass@1_vs_grpo")
         lines.append(
             f"| {r['arm']} | {len(r['seeds'])} | {_pct(r['pass@1_after']['mean'])} | {ci(r['pass@1_gain'])} "
-            f"| {ci(vg)} | {vg['p_sign_flip'] if vg and vg['p_sign_flip'] is not None else '-'} "
+            f"| {ci(vg)} | {_p(vg)} "
             f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {ci(r.get('greedy_vs_grpo'))} "
             f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
     lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
@@ -442,9 +447,9 @@ def format_tables(summary: dict[str, Any]) -> str:
         f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
         n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
         length = r.get("completion_len") or {}
-        lines.append(f"| {r['arm']} | {_pct(d['gate/first_error_blamed'])} | {f(d['credit/adv_on_track'])} "
+        lines.append(f"| {r['arm']} | {_pct(d['gate/first_error_blamed'], 0)} % | {f(d['credit/adv_on_track'])} "
                      f"| {f(d['credit/adv_first_error'])} | {f(d['credit/adv_after_error'])} "
-                     f"| {f(d['credit/adv_answer'])} | {_pct(d['adv/nonzero_frac'])} "
+                     f"| {f(d['credit/adv_answer'])} | {_pct(d['adv/nonzero_frac'], 0)} % "
                      f"| {n(length.get('first10'))} -> {n(length.get('last10'))} |")
     lines += ["", "| arm | rollouts (MC) | PRM-scored | opt. steps | train s | PRM s | s / 1k rollouts "
               "| rollouts to GRPO's final pass@1 |", "|---" * 8 + "|"]

@@ -411,7 +411,7 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int) -> di
         if grpo_final is not None and arm in curves:
             c = curves[arm]
             hit = next((x for x, m in zip(c["rollouts"], c["mean"], strict=True)
-                        if m is not None and m >= grpo_final), None)
+                        if m is not None and m >= grpo_final - 1e-9), None)  # numpy and fmean round apart
             row["rollouts_to_grpo_final"] = hit
         rows.append(row)
     return {"rows": rows, "positive_control": control, "curves": curves, "grpo_final_pass@1": grpo_final}
@@ -447,9 +447,10 @@ def format_tables(summary: dict[str, Any]) -> str:
         f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
         n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
         length = r.get("completion_len") or {}
-        lines.append(f"| {r['arm']} | {_pct(d['gate/first_error_blamed'], 0)} % | {f(d['credit/adv_on_track'])} "
+        share = lambda v: "-" if v is None else f"{_pct(v, 0)} %"  # noqa: E731
+        lines.append(f"| {r['arm']} | {share(d['gate/first_error_blamed'])} | {f(d['credit/adv_on_track'])} "
                      f"| {f(d['credit/adv_first_error'])} | {f(d['credit/adv_after_error'])} "
-                     f"| {f(d['credit/adv_answer'])} | {_pct(d['adv/nonzero_frac'], 0)} % "
+                     f"| {f(d['credit/adv_answer'])} | {share(d['adv/nonzero_frac'])} "
                      f"| {n(length.get('first10'))} -> {n(length.get('last10'))} |")
     lines += ["", "| arm | rollouts (MC) | PRM-scored | opt. steps | train s | PRM s | s / 1k rollouts "
               "| rollouts to GRPO's final pass@1 |", "|---" * 8 + "|"]

@@ -68,6 +68,14 @@ def test_summary_applies_the_reading_rule():
     assert "helps" in exp.format_tables(summary)
 
 
+def test_grpo_reaches_its_own_final_accuracy():
+    # the curve's mean (numpy) and the final mean (fmean) may round apart in the last bit
+    finals = [0.29875, 0.28825, 0.2825, 0.298, 0.2935, 0.295]  # fmean 0.29266666666666670, numpy ...663
+    recs = [_rec("grpo", s, v) for s, v in enumerate(finals)]
+    rows = exp.summarise(recs, ["grpo"], budget=100)["rows"]
+    assert rows[0]["rollouts_to_grpo_final"] == 100
+
+
 def test_arms_build_valid_trainer_configs(tmp_path):
     from veristep.train.config import make_config
 

@@ -442,12 +442,12 @@ def format_tables(summary: dict[str, Any]) -> str:
             f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
     lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
               "| non-zero adv. | tokens per completion, first -> last 10 steps |", "|---" * 8 + "|"]
+    f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
+    n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    share = lambda v: "-" if v is None else f"{_pct(v, 0)} %"  # noqa: E731
     for r in summary["rows"]:
         d = {k: r["diagnostic"].get(k) for k in DIAGNOSTIC_KEYS}
-        f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
-        n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
         length = r.get("completion_len") or {}
-        share = lambda v: "-" if v is None else f"{_pct(v, 0)} %"  # noqa: E731
         lines.append(f"| {r['arm']} | {share(d['gate/first_error_blamed'])} | {f(d['credit/adv_on_track'])} "
                      f"| {f(d['credit/adv_first_error'])} | {f(d['credit/adv_after_error'])} "
                      f"| {f(d['credit/adv_answer'])} | {share(d['adv/nonzero_frac'])} "

@@ -5,6 +5,7 @@ Layout: `core/` (result types, registry, combine, the worker pool), one folder p
 `adapters.py` (TRL and verl).
 """
 
+from .core.aio import averify, averify_batch
 from .core.combine import WeightedVerifier, combine
 from .core.registry import available_kinds, get_verifier, register_verifier
 from .core.result import UNJUDGED, Status, Verifier, VerifyResult
@@ -16,6 +17,8 @@ __all__ = [
     "VerifyResult",
     "WeightedVerifier",
     "available_kinds",
+    "averify",
+    "averify_batch",
     "combine",
     "get_verifier",
     "register_verifier",

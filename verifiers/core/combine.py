@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .aio import averify_batch as _averify_batch
 from .registry import get_verifier
 from .result import Verifier, VerifyResult
 
@@ -109,6 +111,23 @@ class WeightedVerifier:
             c.verifier.verify_batch(list(completions), [refs[c.name] for refs in split])
             for c in self.components
         ]
+        return [self._combine([results[i] for results in per_component]) for i in range(len(split))]
+
+    async def averify(self, completion: str, reference: Any) -> VerifyResult:
+        """`verify` without blocking the event loop."""
+        return (await self.averify_batch([completion], [reference]))[0]
+
+    async def averify_batch(
+        self, completions: Sequence[str], references: Sequence[Any]
+    ) -> list[VerifyResult]:
+        """`verify_batch` without blocking the event loop; the components run concurrently."""
+        if len(completions) != len(references):
+            raise ValueError(f"{len(completions)} completions but {len(references)} references")
+        split = [self.references(ref) for ref in references]
+        per_component = await asyncio.gather(*(
+            _averify_batch(c.verifier, list(completions), [refs[c.name] for refs in split])
+            for c in self.components
+        ))
         return [self._combine([results[i] for results in per_component]) for i in range(len(split))]
 
     def _combine(self, results: list[VerifyResult]) -> VerifyResult:

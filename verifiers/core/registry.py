@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .aio import add_async_methods
 from .result import Verifier
 
 # Lazy "module:Class" targets so importing the registry does not import sympy, torch, etc.
@@ -45,7 +46,7 @@ def verifier_class(kind: str) -> type:
             "or give 'package.module:ClassName'"
         )
     if isinstance(target, type):
-        return target
+        return add_async_methods(target)
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -56,9 +57,11 @@ def verifier_class(kind: str) -> type:
             ) from err
         raise
     try:
-        return getattr(module, class_name)
+        cls = getattr(module, class_name)
     except AttributeError:
         raise ValueError(f"module {module_name} has no verifier class {class_name!r}") from None
+    # every kind gets `averify` / `averify_batch` on its own pool (core/aio.py)
+    return add_async_methods(cls) if isinstance(cls, type) else cls
 
 
 def get_verifier(kind: str, **config: Any) -> Verifier:

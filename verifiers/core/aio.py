@@ -1,0 +1,306 @@
+"""`await`-able verification on the verifiers' own pools: `averify` and `averify_batch`.
+
+Every verifier already has a thread-safe, parallel `verify_batch` backed by its pool (worker
+processes for math, tools and format; sandbox threads for code). The async API reuses exactly
+that, with no second pool and no thread per call: each verifier gets one `AsyncBridge` with a
+fixed number of *lanes* (threads, 4 by default). Callers put items on the bridge's queue and
+await futures; an idle lane takes every item waiting (up to `max_batch`), runs one
+`verify_batch` over them, and hands each result back to the caller's event loop with
+`loop.call_soon_threadsafe`. Under load, items from many concurrent callers travel in one batch
+(so a reference shared by a group is parsed once); at low load a lone item goes at once.
+
+Guarantees:
+* The event loop never blocks: the only work done on it is queueing and setting futures.
+* Nothing is lost: every queued item gets a result, or its caller's future gets the exception
+  the verifier raised for that item alone (a raising batch is retried item by item, so one bad
+  item never fails the others' futures).
+* An item whose caller stopped waiting (its task cancelled, e.g. by a deadline) before a lane
+  took it is dropped, not run.
+* A forked child builds its own bridge (threads do not survive fork), like the pools do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .result import Status, VerifyResult
+
+__all__ = [
+    "AsyncBridge",
+    "AsyncVerifyMixin",
+    "add_async_methods",
+    "averify",
+    "averify_batch",
+    "bridge_for",
+    "configure_async",
+]
+
+#: Lanes (threads) per verifier: enough to overlap one batch's in-process work with another's
+#: time in the pool, few enough that the pool, not the lanes, is what bounds throughput.
+DEFAULT_LANES = 4
+#: Most items one lane hands to `verify_batch` at once.
+DEFAULT_MAX_BATCH = 512
+#: A lane with nothing to do for this long exits; the next item starts it again.
+_IDLE_EXIT_S = 30.0
+
+
+@dataclass
+class _Job:
+    completion: Any
+    reference: Any
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+
+class AsyncBridge:
+    """Queue of items for one verifier, drained by a fixed number of lane threads."""
+
+    def __init__(self, verifier: Any, lanes: int = DEFAULT_LANES, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        if not isinstance(lanes, int) or lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, got {lanes!r}")
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        # a weak reference: the bridge (and its idle lanes) must not keep the verifier alive
+        self._verifier = weakref.ref(verifier) if _weakrefable(verifier) else (lambda: verifier)
+        self.lanes = lanes
+        self.max_batch = max_batch
+        self.pid = os.getpid()
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._cv = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # lanes waiting on the condition
+        self.batches = 0  # verify_batch calls made (for tests and metrics)
+        self.items = 0
+
+    # ------------------------------------------------------------------ caller side
+
+    @property
+    def queued(self) -> int:
+        """Items waiting for a lane (not counting those being verified)."""
+        return len(self._queue)
+
+    async def verify_batch(self, completions: Sequence[Any], references: Sequence[Any]) -> list[VerifyResult]:
+        """Verify on the verifier's own pool without blocking the loop; results in input order."""
+        futures = self.submit(completions, references, asyncio.get_running_loop())
+        try:
+            return list(await asyncio.gather(*futures))
+        except BaseException:
+            for fut in futures:  # the caller has gone: queued items are dropped, not run
+                fut.cancel()
+            raise
+
+    def submit(
+        self, completions: Sequence[Any], references: Sequence[Any], loop: asyncio.AbstractEventLoop
+    ) -> list[asyncio.Future]:
+        """Queue items and return one future per item, resolved on `loop`."""
+        if len(completions) != len(references):
+            raise ValueError(f"got {len(completions)} completions but {len(references)} references")
+        futures = [loop.create_future() for _ in completions]
+        jobs = [_Job(c, r, loop, f) for c, r, f in zip(completions, references, futures, strict=True)]
+        if not jobs:
+            return futures
+        with self._cv:
+            self._queue.extend(jobs)
+            self._start_lanes()
+            self._cv.notify(min(len(jobs), self._idle) or 1)
+        return futures
+
+    # -------------------------------------------------------------------- lane side
+
+    def _start_lanes(self) -> None:
+        """Start lanes until every queued item has one or all lanes run (holding `_cv`)."""
+        self._threads = [t for t in self._threads if t.is_alive()]
+        while len(self._threads) < self.lanes and self._idle < len(self._queue):
+            thread = threading.Thread(target=self._lane, name="veristep-async-lane", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # cannot start a thread: the lanes already running drain the queue
+                if not self._threads:
+                    self._fail_all(RuntimeError("could not start a thread for the async verifier"))
+                return
+            self._threads.append(thread)
+            self._idle += 1  # counted idle until it takes work
+
+    def _fail_all(self, exc: BaseException) -> None:
+        jobs = list(self._queue)
+        self._queue.clear()
+        _deliver(jobs, [exc] * len(jobs))
+
+    def _take(self) -> list[_Job] | None:
+        """The next batch (waiting for one), or None when this lane should exit."""
+        with self._cv:
+            while True:
+                jobs: list[_Job] = []
+                while self._queue and len(jobs) < self.max_batch:
+                    job = self._queue.popleft()
+                    if not job.future.done():  # a cancelled caller's item is not run
+                        jobs.append(job)
+                if jobs:
+                    self._idle -= 1
+                    return jobs
+                if not self._cv.wait(_IDLE_EXIT_S) and not self._queue:
+                    self._idle -= 1
+                    with contextlib.suppress(ValueError):
+                        self._threads.remove(threading.current_thread())
+                    return None
+
+    def _lane(self) -> None:
+        while True:
+            jobs = self._take()
+            if jobs is None:
+                return
+            try:
+                outcomes = self._run(jobs)
+            except BaseException as exc:  # noqa: BLE001 - never leave a caller waiting
+                outcomes = [exc] * len(jobs)
+            _deliver(jobs, outcomes)
+            with self._cv:
+                self._idle += 1
+                self.batches += 1
+                self.items += len(jobs)
+
+    def _run(self, jobs: list[_Job]) -> list[VerifyResult | BaseException]:
+        verifier = self._verifier()
+        if verifier is None:
+            return [RuntimeError("the verifier was garbage-collected")] * len(jobs)
+        completions = [j.completion for j in jobs]
+        references = [j.reference for j in jobs]
+        try:
+            results = list(verifier.verify_batch(completions, references))
+            if len(results) == len(jobs):
+                return results
+        except Exception:  # noqa: BLE001 - found item by item below
+            pass
+        # the batch raised: run each item alone so only the item that raises gets the error
+        out: list[VerifyResult | BaseException] = []
+        for completion, reference in zip(completions, references, strict=True):
+            try:
+                (result,) = verifier.verify_batch([completion], [reference])
+                out.append(result)
+            except Exception as exc:  # noqa: BLE001 - that item's own error
+                out.append(exc)
+        return out
+
+
+def _deliver(jobs: Sequence[_Job], outcomes: Sequence[Any]) -> None:
+    """Set each job's future on its own loop (one hop per loop, not per item)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        by_loop.setdefault(job.loop, []).append((job.future, outcome))
+    for loop, pairs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(_set_all, pairs)
+
+
+def _set_all(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+    for fut, outcome in pairs:
+        if fut.done():
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+
+
+def _weakrefable(obj: Any) -> bool:
+    try:
+        weakref.ref(obj)
+    except TypeError:
+        return False
+    return True
+
+
+_BRIDGES: weakref.WeakKeyDictionary[Any, AsyncBridge] = weakref.WeakKeyDictionary()
+_STRONG_BRIDGES: dict[int, tuple[Any, AsyncBridge]] = {}  # verifiers that take no weak reference
+_BRIDGES_LOCK = threading.Lock()
+
+
+def bridge_for(verifier: Any) -> AsyncBridge:
+    """The verifier's bridge, made on first use (and again in a forked child)."""
+    with _BRIDGES_LOCK:
+        bridge = _lookup(verifier)
+        if bridge is None or bridge.pid != os.getpid():
+            bridge = AsyncBridge(verifier, *_settings(bridge))
+            _store(verifier, bridge)
+        return bridge
+
+
+def configure_async(verifier: Any, *, lanes: int = DEFAULT_LANES, max_batch: int = DEFAULT_MAX_BATCH) -> AsyncBridge:
+    """Set how many lanes and how large a batch the verifier's async calls use."""
+    fresh = AsyncBridge(verifier, lanes, max_batch)  # checks the settings
+    with _BRIDGES_LOCK:
+        bridge = _lookup(verifier)
+        if bridge is not None and bridge.pid == os.getpid():
+            bridge.lanes, bridge.max_batch = lanes, max_batch
+        else:
+            bridge = fresh
+            _store(verifier, bridge)
+        return bridge
+
+
+def _settings(bridge: AsyncBridge | None) -> tuple[int, int]:
+    return (DEFAULT_LANES, DEFAULT_MAX_BATCH) if bridge is None else (bridge.lanes, bridge.max_batch)
+
+
+def _lookup(verifier: Any) -> AsyncBridge | None:
+    try:
+        return _BRIDGES.get(verifier)
+    except TypeError:  # not hashable or no weak references: keyed by identity, kept alive
+        entry = _STRONG_BRIDGES.get(id(verifier))
+        return entry[1] if entry is not None and entry[0] is verifier else None
+
+
+def _store(verifier: Any, bridge: AsyncBridge) -> None:
+    try:
+        _BRIDGES[verifier] = bridge
+    except TypeError:
+        _STRONG_BRIDGES[id(verifier)] = (verifier, bridge)
+
+
+async def averify_batch(verifier: Any, completions: Sequence[Any], references: Sequence[Any]) -> list[VerifyResult]:
+    """`await` the verdicts of many completions; the verifier's own `averify_batch` if it has one."""
+    own = getattr(verifier, "averify_batch", None)
+    if own is not None:
+        return await own(completions, references)
+    return await bridge_for(verifier).verify_batch(completions, references)
+
+
+async def averify(verifier: Any, completion: Any, reference: Any) -> VerifyResult:
+    """`await` one completion's verdict (batched with other callers' items on the same pool)."""
+    (result,) = await averify_batch(verifier, [completion], [reference])
+    return result
+
+
+class AsyncVerifyMixin:
+    """`averify` / `averify_batch` for any class with a thread-safe `verify_batch`."""
+
+    async def averify(self, completion: Any, reference: Any) -> VerifyResult:
+        """Verify one completion without blocking the event loop."""
+        (result,) = await self.averify_batch([completion], [reference])
+        return result
+
+    async def averify_batch(self, completions: Sequence[Any], references: Sequence[Any]) -> list[VerifyResult]:
+        """Verify many completions without blocking the event loop, in input order."""
+        return await bridge_for(self).verify_batch(completions, references)
+
+
+def add_async_methods(cls: type) -> type:
+    """Give a verifier class `averify` / `averify_batch` if it has none (the registry calls it)."""
+    for name in ("averify", "averify_batch"):
+        if not hasattr(cls, name):
+            with contextlib.suppress(TypeError, AttributeError):  # a built-in or frozen type
+                setattr(cls, name, getattr(AsyncVerifyMixin, name))
+    return cls
+
+
+def unjudged_timeout(detail: str) -> VerifyResult:
+    """The result of an item whose deadline passed before its verdict came back."""
+    return VerifyResult(0.0, False, Status.TIMEOUT, detail)

@@ -42,6 +42,7 @@ class Credit(str, Enum):
     MIN = "min"  # PURE's min form: the minimum score from a step onward, normalised
     PROGRESS = "progress"  # the drop of the running minimum across a step, not re-centred
     DELTA = "delta"  # the change of a value estimate (Monte-Carlo) across a step, not re-centred
+    PREFIX = "prefix"  # the verified prefix rewarded, the first error charged, normalised
 
 
 class Agg(str, Enum):

@@ -155,6 +155,20 @@ def future_min(scores: Sequence[float]) -> list[float]:
     return out[::-1]
 
 
+def verified_prefix(scores: Sequence[float], start: float = 1.0) -> list[float | None]:
+    """V_j = min(start, s_1..s_j) up to and including the first score below 0.5; None after it."""
+    out: list[float | None] = []
+    value, erred = start, False
+    for s in scores:
+        if erred:
+            out.append(None)
+            continue
+        value = min(value, s)
+        out.append(value)
+        erred = s < 0.5
+    return out
+
+
 def running_min_progress(scores: Sequence[float], start: float = 1.0) -> list[float]:
     """Progress of each step: V_k - V_{k-1}, V_k = min(start, s_1, ..., s_k), V_0 = start."""
     out, value = [], start
@@ -176,28 +190,47 @@ def value_delta(scores: Sequence[float], start: float) -> list[float]:
 
 def prm_step_advantages(
     steps: Steps, ddof: int, eps: float, centre: bool = False, credit: str = "suffix",
-    start: float | None = None,
+    start: float | None = None, neutral: float | None = None,
 ) -> list[list[float]]:
     """VeriGate PRM branch for one group under a credit form (docs/gating-spec.md section 8).
 
     suffix: suffix sums, then normalised over all (i, j); min: suffix minima, normalised the
     same way; progress: the drop of the running minimum, per rollout, no group statistics;
-    delta: the change of the score read as a value, from the group's mean first score.
+    delta: the change of the score read as a value, from the group's mean first score;
+    prefix: the running minimum up to the first error, normalised over those steps. Under min
+    and prefix a step scored `neutral` is dropped from the minima and the statistics (it gets 0).
     """
+    if credit in ("min", "prefix"):
+        return _evidence_credit(steps, ddof, eps, credit, 1.0 if start is None else start, neutral)
     if credit == "progress":
         return [running_min_progress(row, 1.0 if start is None else start) for row in steps]
     if credit == "delta":
         firsts = [row[0] for row in steps if row]
         v0 = start if start is not None else (sum(firsts) / len(firsts) if firsts else 0.0)
         return [value_delta(row, v0) for row in steps]
-    if credit == "min":
-        values = [future_min(row) for row in steps]
-    elif credit == "suffix":
+    if credit == "suffix":
         values = [future_cumulated([2 * s - 1 if centre else s for s in row]) for row in steps]
     else:
         raise ValueError(credit)
     flat = [c for row in values for c in row]
     return _split(normalise(flat, ddof, eps), [len(row) for row in steps])
+
+
+def _evidence_credit(steps: Steps, ddof: int, eps: float, credit: str, start: float,
+                     neutral: float | None) -> list[list[float]]:
+    """min / prefix credit: computed on the non-neutral steps, normalised over the counted ones."""
+    kept = [[j for j, s in enumerate(row) if neutral is None or s != neutral] for row in steps]
+    values: list[list[float | None]] = []
+    for row, idx in zip(steps, kept, strict=True):
+        sub = [row[j] for j in idx]
+        vals = future_min(sub) if credit == "min" else verified_prefix(sub, start)
+        full: list[float | None] = [None] * len(row)
+        for j, v in zip(idx, vals, strict=True):
+            full[j] = v
+        values.append(full)
+    flat = [v for row in values for v in row if v is not None]
+    normed = iter(normalise(flat, ddof, eps))
+    return [[0.0 if v is None else next(normed) for v in row] for row in values]
 
 
 def process_grpo(steps: Steps, ddof: int, eps: float) -> list[list[float]]:
@@ -219,6 +252,7 @@ def verigate(
     low: float = 0.0,
     credit: str = "suffix",
     start: float | None = None,
+    neutral: float | None = None,
 ) -> tuple[list[list[list[float]]], list[bool]]:
     """Token advantages per group / rollout / token (no padding) and which groups were gated.
 
@@ -234,7 +268,7 @@ def verigate(
             gated = is_collapsed
         gated_flags.append(gated)
         if gated:
-            adv = prm_step_advantages(st, ddof, eps, centre, credit, start)
+            adv = prm_step_advantages(st, ddof, eps, centre, credit, start, neutral)
             out.append(
                 [[row[j] if j < len(row) else 0.0 for j in toks] for row, toks in zip(adv, ts, strict=True)]
             )

@@ -30,13 +30,6 @@ def _suffix_sum(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, c, 0.0)
 
 
-def _suffix_min(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked suffix minimum along the last dim; masked positions are 0."""
-    s = torch.where(mask, scores, torch.inf)
-    m = s.flip(-1).cummin(-1).values.flip(-1)
-    return torch.where(mask, m, 0.0)
-
-
 def _running_min_progress(scores: torch.Tensor, mask: torch.Tensor, start: float) -> torch.Tensor:
     """V_k - V_{k-1} with V_k = min(start, s_1..s_k) over the valid steps; masked positions 0."""
     s = torch.where(mask, scores, torch.inf)  # valid steps come first: a masked tail keeps V
@@ -66,6 +59,39 @@ def _value_delta(scores: torch.Tensor, mask: torch.Tensor, start: float | None) 
     return torch.where(mask, scores - prev, 0.0)
 
 
+def _evidence(scores: torch.Tensor, mask: torch.Tensor, neutral: float | None) -> torch.Tensor:
+    """The valid steps whose score says something: all of them, less those scored `neutral`."""
+    return mask if neutral is None else mask & (scores != neutral)
+
+
+def _min_form(scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float,
+              neutral: float | None) -> torch.Tensor:
+    """PURE's min form: the minimum evidence score from the step onward, normalised over the group.
+
+    A neutral step is no evidence: it is skipped in the minima, gets 0 and stays out of the
+    statistics, so a neutral answer line can never be what a rollout is paid for.
+    """
+    evidence = _evidence(scores, mask, neutral)
+    m = torch.where(evidence, scores, torch.inf).flip(-1).cummin(-1).values.flip(-1)
+    counted = evidence & mask
+    return group_normalise(torch.where(counted, m, 0.0), counted, ddof, eps)
+
+
+def _verified_prefix(scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float,
+                     neutral: float | None, start: float) -> torch.Tensor:
+    """Prefix credit: V_j = min(start, evidence scores up to j), normalised over the counted steps.
+
+    Counted are the evidence steps up to and including a rollout's first error (an evidence
+    score below 0.5); later steps, built on a wrong prefix, and neutral steps get 0.
+    """
+    evidence = _evidence(scores, mask, neutral)
+    v = torch.where(evidence, scores, torch.inf).cummin(-1).values.clamp(max=start)
+    error = evidence & (scores < 0.5)
+    after_error = (error.cumsum(-1) - error.to(torch.long)) > 0
+    counted = evidence & ~after_error
+    return group_normalise(torch.where(counted, v, 0.0), counted, ddof, eps)
+
+
 def future_cumulated_rewards(step_scores: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
     """c[n, g, j] = sum of the valid scores of steps k >= j (undiscounted); 0 on masked steps."""
     scores, mask = check_steps(step_scores, step_mask)
@@ -81,6 +107,7 @@ def prm_step_advantages(
     centre_scores: bool = False,
     credit: str = "suffix",
     start: float | None = None,
+    neutral: float | None = None,
 ) -> torch.Tensor:
     """VeriGate's PRM branch for every group: [N, G, S] step advantages under a credit form.
 
@@ -90,30 +117,40 @@ def prm_step_advantages(
     onward, normalised the same way. `"progress"`: V_k - V_{k-1} with V_k = min(start, s_1..s_k),
     the drop of the running minimum across step k, not re-centred; V_0 = start (None: 1).
     `"delta"`: V_k - V_k-1 with V_k = s_k, for scores that are value estimates (Monte-Carlo);
-    V_0 = start (None: the group's mean first-step value); not re-centred (gating-spec.md
-    section 8). Masked steps get 0.
+    V_0 = start (None: the group's mean first-step value); not re-centred. `"prefix"`: V_k =
+    min(start, s_1..s_k) on each step up to a rollout's first error (score < 0.5), normalised
+    over those steps: the verified prefix is rewarded and the first error charged; later steps
+    get 0 (start None: 1). `neutral`: a score that means "cannot tell" (the rule PRM's 0.5); in
+    the min and prefix forms such a step is no evidence and gets 0 (gating-spec.md section 8).
+    Masked steps get 0.
     """
     scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     ddof = parse_option(Std, std, "std").ddof
-    kind = _check_credit(credit, centre_scores, start)
-    return _prm_step_advantages(scores, mask, ddof, eps, centre_scores, kind, start)
+    kind = _check_credit(credit, centre_scores, start, neutral)
+    return _prm_step_advantages(scores, mask, ddof, eps, centre_scores, kind, start, neutral)
 
 
-def _check_credit(credit: str, centre_scores: bool, start: float | None) -> Credit:
-    """The credit form as an enum; centring only applies to suffix sums, start must be finite."""
+def _finite_or_none(name: str, value: float | None) -> None:
+    """Raise unless `value` is None or a finite real number (a bool is not one)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number or None, got {value!r}")
+
+
+def _check_credit(credit: str, centre_scores: bool, start: float | None, neutral: float | None = None) -> Credit:
+    """The credit form as an enum; centring only applies to suffix sums, start and neutral finite."""
     kind = parse_option(Credit, credit, "credit")
     if centre_scores and kind is not Credit.SUFFIX:
         raise ValueError(f"centre_scores applies to credit='suffix' only, got credit={kind.value!r}")
-    if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float))
-                              or not math.isfinite(start)):
-        raise ValueError(f"start must be a finite number or None, got {start!r}")
+    _finite_or_none("start", start)
+    _finite_or_none("neutral", neutral)
     return kind
 
 
 def _prm_step_advantages(
     scores: torch.Tensor, mask: torch.Tensor, ddof: int, eps: float, centre_scores: bool,
-    credit: Credit = Credit.SUFFIX, start: float | None = None,
+    credit: Credit = Credit.SUFFIX, start: float | None = None, neutral: float | None = None,
 ) -> torch.Tensor:
     """prm_step_advantages without validation."""
     if credit is Credit.PROGRESS:
@@ -121,7 +158,9 @@ def _prm_step_advantages(
     if credit is Credit.DELTA:
         return _value_delta(scores, mask, start)
     if credit is Credit.MIN:
-        return group_normalise(_suffix_min(scores, mask), mask, ddof, eps)
+        return _min_form(scores, mask, ddof, eps, neutral)
+    if credit is Credit.PREFIX:
+        return _verified_prefix(scores, mask, ddof, eps, neutral, 1.0 if start is None else float(start))
     if centre_scores:
         scores = 2.0 * scores - 1.0
     return group_normalise(_suffix_sum(scores, mask), mask, ddof, eps)
@@ -178,6 +217,7 @@ def verigate_advantages(
     high: float = 1.0,
     credit: str = "suffix",
     start: float | None = None,
+    neutral: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level VeriGate advantages [N, G, T] and metrics.
 
@@ -188,8 +228,8 @@ def verigate_advantages(
     token of o_i gets the GRPO advantage (r_i - mean) / (std + eps). A collapsed group goes
     to the PRM branch when `gate` selects it ("all_wrong": every reward at or below `low`;
     "any_collapsed": every collapsed group); its tokens get the step advantage of their step
-    (see prm_step_advantages: `credit` "suffix", "min", "progress" or "delta", `start` the
-    V_0 of the last two). Other collapsed groups get 0; tokens pointing at a masked step
+    (see prm_step_advantages: `credit` "suffix", "min", "progress", "delta" or "prefix",
+    `start` the V_0 of the last three, `neutral` the scorer's "cannot tell" score). Other collapsed groups get 0; tokens pointing at a masked step
     get 0; padding gets 0.
     Metrics: gate/gated_groups (count), gate/steps_per_gated_response (mean over gated
     responses, 0 when none), gate/prm_flat_groups (gated groups whose PRM branch is all 0),
@@ -204,7 +244,7 @@ def verigate_advantages(
     check_token_step(token_step, scores.shape[-1])
     gate_kind = parse_option(Gate, gate, "gate")
     ddof = parse_option(Std, std, "std").ddof
-    credit_kind = _check_credit(credit, centre_scores, start)
+    credit_kind = _check_credit(credit, centre_scores, start, neutral)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     if not high > low:
@@ -224,7 +264,7 @@ def verigate_advantages(
     outcome = group_normalise(rewards, None, ddof, eps)
     # tau > 0 can call a group collapsed whose rewards still differ slightly: it gets 0 too.
     outcome = torch.where(is_collapsed.unsqueeze(-1), zero, outcome)
-    step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores, credit_kind, start)
+    step_adv = _prm_step_advantages(scores, mask, ddof, eps, centre_scores, credit_kind, start, neutral)
     # One [N, G, S] table serves both branches (a gated group's step advantages, else the
     # outcome advantage on every step), so the [N, G, T] work is a single gather.
     table = torch.where(gated[:, None, None], step_adv, outcome.unsqueeze(-1))

@@ -94,7 +94,7 @@ def _token_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
         adv, gate_metrics = gating.verigate_advantages(
             rewards, steps.step_scores, steps.step_mask, steps.token_step, std=cfg.adv_std,
             eps=cfg.adv_eps, centre_scores=cfg.centre_scores, high=cfg.reward_high(), credit=cfg.credit,
-            **gate_options(cfg))
+            neutral=steps.neutral, **gate_options(cfg))
         metrics.update({k: float(v) for k, v in gate_metrics.items()})
         return adv, metrics
     if method == "prm_as_outcome":

@@ -37,7 +37,7 @@ LOSS_PRESETS: dict[str, dict[str, Any]] = {
     "wapo": {"eps_low": 0.2, "eps_high": 0.28, "loss_agg": "winner-constant"},
 }
 #: VeriGate's credit forms (`veristep.gating.Credit`).
-CREDITS = ("suffix", "min", "progress", "delta")
+CREDITS = ("suffix", "min", "progress", "delta", "prefix")
 #: Methods whose advantages need PRM step scores (on some or all groups).
 PRM_METHODS = ("verigate", "prm_as_outcome")
 
@@ -128,7 +128,7 @@ class Config:
     adv_std: str = field(default="sample", metadata={"help": "std convention of group normalisation, exactly one of: sample (ddof 1) | population (ddof 0)"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon added to the std"})
     centre_scores: bool = field(default=False, metadata={"help": "VeriGate: use 2p-1 step scores (credit suffix only)"})
-    credit: str = field(default="suffix", metadata={"help": "VeriGate credit form on gated groups: suffix (suffix sums, normalised; as specified) | min (PURE: min score from the step onward, normalised) | progress (drop of the running minimum across the step, not re-centred) | delta (change of a value estimate such as mc:k=K across the step, from the group's mean first-step value); docs/gating-spec.md section 8"})
+    credit: str = field(default="suffix", metadata={"help": "VeriGate credit form on gated groups: suffix (suffix sums, normalised; as specified) | min (PURE: min score from the step onward, normalised) | progress (drop of the running minimum across the step, not re-centred) | delta (change of a value estimate such as mc:k=K across the step, from the group's mean first-step value: PAV's process advantage with the policy as prover) | prefix (the verified prefix rewarded, the first error charged, normalised; a scorer's neutral score is no evidence under min and prefix); docs/gating-spec.md section 8"})
     prm_agg: str = field(default="min", metadata={"help": "prm_as_outcome aggregation: min|prod|mean|last"})
     avspo_virtual: str = field(default="opposite", metadata={"help": "AVSPO virtual reward: opposite (the released rule) | fixed | random"})
     placebo: str = field(default="", metadata={"help": "control run: '' (none) | rewards (permute outcome rewards within each group) | steps (permute step scores within each gated group); both keep the gradient's size and remove its information"})

@@ -131,11 +131,14 @@ class StepTensors:
     scored_groups: list[int] = field(default_factory=list)
     seconds: float = 0.0
     nan_steps: int = 0  # steps whose score was not finite and got the neutral score instead
+    #: the scorer's "cannot tell" score (the rule PRM's 0.5), no evidence for the min/prefix credit
+    neutral: float | None = None
 
     def select(self, group: int, cols: torch.Tensor) -> StepTensors:
         """The completions `cols` of one group, as a batch of one group."""
         return StepTensors(self.step_scores[group, cols][None], self.step_mask[group, cols][None],
-                           self.token_step[group, cols][None], [0] if group in self.scored_groups else [])
+                           self.token_step[group, cols][None], [0] if group in self.scored_groups else [],
+                           neutral=self.neutral)
 
     def steps_per_response(self) -> float:
         """Mean number of steps of the scored responses (0 if none)."""
@@ -222,4 +225,4 @@ def prm_step_tensors(scorer: Any, tokenizer: Any, problem_texts: Sequence[str],
         step_scores[bad] = float(getattr(scorer, "neutral", NEUTRAL_SCORE))
     token_step = token_step_from_offsets(token_starts, token_mask, step_starts, step_mask)
     return StepTensors(step_scores, step_mask, token_step, list(groups), time.perf_counter() - t0,
-                       nan_steps)
+                       nan_steps, getattr(scorer, "neutral", None))

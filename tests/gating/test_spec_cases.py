@@ -349,3 +349,53 @@ def test_t26_verigate_credit_option_on_tokens():
         verigate_advantages(rewards, scores, mask, token_step, credit="min", centre_scores=True)
     with pytest.raises(ValueError, match="start"):
         prm_step_advantages(scores[:1], mask[:1], credit="progress", start=float("nan"))
+
+
+def test_t28_prefix_credit_rewards_the_verified_prefix():
+    steps = [[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]]  # exact labels: first errors at 3 and 2
+    expected = [[0.8165, 0.8165, -1.2247, 0.0], [0.8165, -1.2247, 0.0, 0.0]]
+    adv, mask = _credit(steps, "prefix")
+    for got, want in zip(_unpad(adv, mask), expected, strict=True):
+        close(got, want)
+    for got, want in zip(ref.prm_step_advantages(steps, 0, 1e-6, credit="prefix"), expected, strict=True):
+        close(got, want)
+    # The group's credit sums to 0 (centred), and a step after a first error is never charged.
+    assert abs(float(adv.sum())) < 1e-9 and adv[1, 2] == 0 and adv[1, 3] == 0
+    # Every rollout wrong at step 1: nothing verified, nothing to compare, so no credit at all
+    # (negative-only progress credit would charge both first steps).
+    adv, _ = _credit([[0.0, 1.0], [0.0, 0.0]], "prefix")
+    assert (adv == 0).all()
+    close(_credit([[0.0, 1.0], [0.0, 0.0]], "progress")[0], [[-1.0, 0.0], [-1.0, 0.0]])
+
+
+@pytest.mark.parametrize(("credit", "neutral", "expected"), [
+    # PURE's min form as before: the neutral answer lines are paid (+0.6325) although no step
+    # of o2 was checked to be better than o1's locally right step 3.
+    ("min", None, [[-1.5811, -1.5811, 0.6325, 0.6325], [0.6325, 0.6325, 0.6325]]),
+    ("min", 0.5, [[-1.2247, -1.2247, 0.8165, 0.0], [0.8165, 0.8165, 0.0]]),
+    ("prefix", None, [[0.75, -1.75, 0.0, 0.0], [0.75, 0.75, -0.5]]),
+    ("prefix", 0.5, [[0.5774, -1.7321, 0.0, 0.0], [0.5774, 0.5774, 0.0]]),
+])
+def test_t29_neutral_scores_are_no_evidence(credit, neutral, expected):
+    adv, mask = _credit(T23_STEPS, credit, neutral=neutral)
+    for got, want in zip(_unpad(adv, mask), expected, strict=True):
+        close(got, want)
+    for got, want in zip(ref.prm_step_advantages(T23_STEPS, 0, 1e-6, credit=credit, neutral=neutral),
+                         expected, strict=True):
+        close(got, want)
+    if neutral is not None:  # a neutral step is never paid
+        neutral_steps = torch.tensor([[s == neutral for s in row] + [False] * (4 - len(row)) for row in T23_STEPS])
+        assert (adv[neutral_steps] <= 0).all()
+
+
+def test_t29_neutral_on_tokens_and_bad_values():
+    rewards = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
+    scores = torch.tensor([[[1.0, 0.5, 0.0], [1.0, 0.5, 0.0]]], dtype=torch.float64)
+    scores[0, 1] = torch.tensor([1.0, 0.5, 0.5], dtype=torch.float64)  # o2 drops its steps: step, answer
+    mask = torch.tensor([[[True, True, True], [True, True, False]]])
+    token_step = torch.tensor([[[0, 1, 2], [0, 1, 1]]])
+    adv, _ = verigate_advantages(rewards, scores, mask, token_step, std="population", credit="min", neutral=0.5)
+    # o1: [1, neutral, 0] -> minima [0, -, 0]; o2: [1, neutral] -> [1, -]: only o2's checked step is paid.
+    close(adv[0], [[-0.7071, 0.0, -0.7071], [1.4142, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="neutral"):
+        prm_step_advantages(scores, mask, credit="min", neutral=float("inf"))

@@ -63,7 +63,12 @@ LEVELS: dict[str, Difficulty] = {
     "easy": Difficulty(min_steps=2, max_steps=2, max_operand=9, max_factor=3),
     "medium": Difficulty(min_steps=3, max_steps=3, max_operand=9, max_factor=5),
     "hard": Difficulty(min_steps=4, max_steps=4, max_operand=20, max_factor=9),
+    # The step-credit condition (docs/experiment.md): long +/- chains whose every step is a
+    # one-digit-operand sum, so each step is learnable on its own and the outcome is rarely right.
+    "chain8": Difficulty(min_steps=8, max_steps=8, max_operand=9, ops="+-"),
 }
+#: The levels that `level="mixed"` (no difficulty keywords) draws evenly.
+MIXED_LEVELS: tuple[str, ...] = ("easy", "medium", "hard")
 MIXED = "mixed"
 
 
@@ -169,7 +174,7 @@ def make_problem(rng: random.Random, difficulty: Difficulty | None) -> dict[str,
     `difficulty` None draws the level of the problem evenly from the presets.
     """
     if difficulty is None:
-        level = rng.choice(list(LEVELS))
+        level = rng.choice(MIXED_LEVELS)
         difficulty = LEVELS[level]
     else:
         level = next((name for name, d in LEVELS.items() if d == difficulty), "custom")
@@ -201,8 +206,8 @@ def problem_part(prompt: str) -> str:
 def make_problems(n: int, seed: int, part: str | None = None, **difficulty: Any) -> list[dict[str, Any]]:
     """Generate `n` problems deterministically from `seed` (keys prompt, answer, solution, num_steps, level).
 
-    Difficulty keywords: ``level`` ("easy", "medium", "hard", or "mixed": the default, an
-    even mix of the three), ``steps`` (an int or a (min, max) pair), or any `Difficulty`
+    Difficulty keywords: ``level`` ("easy", "medium", "hard", "chain8", or "mixed": the default,
+    an even mix of easy, medium and hard), ``steps`` (an int or a (min, max) pair), or any `Difficulty`
     field (min_steps, max_steps, max_operand, max_factor, ops). `part` ("demo" / "rl") keeps
     only prompts of that part of the problem space (None: all).
     """

@@ -1,0 +1,208 @@
+"""Async reward functions for RL stacks that await their rewards: TRL and slime.
+
+* TRL (>= 1.x) awaits a reward function whose `__call__` is `async def` on its own event loop,
+  next to the other reward functions: `async_trl_reward_func("math")`.
+* slime calls `--custom-rm-path module.function` as `await f(args, sample)` (and the batched
+  form with a list of samples): `veristep.verifiers.async_adapters.async_rm` /
+  `batched_async_rm`, or `slime_rm(kind, ...)` for another configuration.
+
+Both await `averify_batch` (verifiers/core/aio.py), so the event loop never blocks and the
+verifier's one pool serves every concurrent call. Unjudged items are never silently 0: TRL gets
+None (left out of the reward), slime gets the value the caller chose (`unjudged_reward`), or
+the whole result with its status when `as_dict=True` (slime's `--reward-key reward`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from veristep.verifiers.adapters import (
+    _TRL_EXTRAS,
+    TRLRewardFunction,
+    _BadReference,
+    _safe_text,
+    _UnjudgedLog,
+)
+from veristep.verifiers.core.aio import averify_batch
+from veristep.verifiers.core.registry import get_verifier
+from veristep.verifiers.core.result import Status, Verifier, VerifyResult
+
+
+async def _averify(verifier: Verifier, texts: Sequence[str], refs: Sequence[Any]) -> list[VerifyResult]:
+    """averify_batch on the usable rows; bad_reference results for the rest, in order."""
+    good = [i for i, ref in enumerate(refs) if not isinstance(ref, _BadReference)]
+    results: list[VerifyResult] = [
+        VerifyResult(0.0, False, Status.BAD_REFERENCE, ref.detail[:500]) if isinstance(ref, _BadReference)
+        else VerifyResult(0.0, False, Status.INTERNAL_ERROR)  # replaced below
+        for ref in refs
+    ]
+    if good:
+        batch = await averify_batch(verifier, [texts[i] for i in good], [refs[i] for i in good])
+        for i, result in zip(good, batch, strict=True):
+            results[i] = result
+    return results
+
+
+class AsyncTRLRewardFunction(TRLRewardFunction):
+    """`TRLRewardFunction` whose call is `async def`: TRL awaits it beside its other rewards."""
+
+    async def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        """Score a batch of completions without blocking TRL's loop; None where unjudged."""
+        texts = [_safe_text(c) for c in completions]
+        columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
+        results = await _averify(self.verifier, texts, self.references(len(texts), columns))
+        self._unjudged.add(results)
+        self._log(results, kwargs)
+        return [None if not r.judged else float(r.reward) for r in results]
+
+
+def async_trl_reward_func(
+    verifier: str | Verifier = "math",
+    *,
+    reference_column: str | None = None,
+    name: str | None = None,
+    **config: Any,
+) -> AsyncTRLRewardFunction:
+    """An `async def` TRL reward function: `GRPOTrainer(reward_funcs=[async_trl_reward_func("math")])`."""
+    return AsyncTRLRewardFunction(verifier, reference_column=reference_column, name=name, **config)
+
+
+def reference_from_label(verifier: Verifier, label: Any) -> Any:
+    """The reference a label (slime's `label`, OpenRLHF's `labels[i]`) stands for.
+
+    A JSON object (or its text) is read as a record by the verifier's own parser (so a code
+    label is `{"tests": [...]}` and a tools label `{"tools": ..., "expected": ...}`); any other
+    value is the reference itself (a math answer). A record the parser refuses gives a
+    `_BadReference`, which scores as `bad_reference`.
+    """
+    value = label
+    if isinstance(label, str) and label.lstrip().startswith("{"):
+        try:
+            value = json.loads(label)
+        except (ValueError, RecursionError):
+            value = label  # not JSON after all: the text itself is the reference
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return verifier.reference_from_record(dict(value))
+    except KeyError as err:
+        return _BadReference(f"the label has no {err.args[0] if err.args else '?'!r}")
+    except (TypeError, ValueError, RecursionError) as err:
+        return _BadReference(str(err)[:300])
+
+
+class SlimeRewardModel:
+    """slime's custom reward model, `await rm(args, sample)` or `await rm.batch(args, samples)`.
+
+    The sample's `response` is the completion and its `label` the reference (see
+    `reference_from_label`); `sample.metadata["veristep_kind"]` may pick another kind per sample.
+    """
+
+    def __init__(
+        self,
+        kind: str = "math",
+        *,
+        unjudged_reward: float | None = 0.0,
+        as_dict: bool = False,
+        configs: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.unjudged_reward = unjudged_reward
+        self.as_dict = as_dict
+        self.configs = {k: dict(v) for k, v in (configs or {}).items()}
+        self._verifiers: dict[str, Verifier] = {}
+        self._lock = threading.Lock()
+        self._unjudged = _UnjudgedLog(f"veristep slime rm ({kind})")
+        self.verifier(kind)  # a bad kind or config fails now, not at the first rollout
+
+    @property
+    def unjudged_counts(self) -> dict[str, int]:
+        """How many samples were left unjudged so far, by status."""
+        return dict(self._unjudged.counts)
+
+    def verifier(self, kind: str) -> Verifier:
+        """The cached verifier of `kind`."""
+        with self._lock:
+            if kind not in self._verifiers:
+                self._verifiers[kind] = get_verifier(kind, **self.configs.get(kind, {}))
+            return self._verifiers[kind]
+
+    async def __call__(self, args: Any, sample: Any, **kwargs: Any) -> float | dict[str, Any] | None:
+        """The reward of one slime sample."""
+        return (await self.batch(args, [sample]))[0]
+
+    async def batch(self, args: Any, samples: Sequence[Any], **kwargs: Any) -> list[Any]:
+        """The rewards of many samples (slime's batched custom RM), one verifier call per kind."""
+        by_kind: dict[str, list[int]] = {}
+        for i, sample in enumerate(samples):
+            metadata = getattr(sample, "metadata", None)
+            kind = metadata.get("veristep_kind", self.kind) if isinstance(metadata, Mapping) else self.kind
+            by_kind.setdefault(str(kind), []).append(i)
+        out: list[Any] = [None] * len(samples)
+        for kind, idx in by_kind.items():
+            verifier = self.verifier(kind)
+            texts = [_safe_text(getattr(samples[i], "response", "")) for i in idx]
+            refs = [reference_from_label(verifier, getattr(samples[i], "label", None)) for i in idx]
+            results = await _averify(verifier, texts, refs)
+            self._unjudged.add(results)
+            for i, result in zip(idx, results, strict=True):
+                out[i] = self.reply(result)
+        return out
+
+    def reply(self, result: VerifyResult) -> float | dict[str, Any] | None:
+        """What slime gets for one result: the reward, or the chosen value where unjudged."""
+        reward = float(result.reward) if result.judged else self.unjudged_reward
+        if not self.as_dict:
+            return reward
+        return {"reward": reward, "judged": bool(result.judged), "status": result.status.value,
+                "correct": bool(result.correct), "detail": result.detail[:300]}
+
+
+def slime_rm(
+    kind: str = "math",
+    *,
+    unjudged_reward: float | None = 0.0,
+    as_dict: bool = False,
+    **config: Any,
+) -> SlimeRewardModel:
+    """A slime custom reward model for one verifier kind (config keywords go to that kind)."""
+    return SlimeRewardModel(kind, unjudged_reward=unjudged_reward, as_dict=as_dict,
+                            configs={kind: config} if config else None)
+
+
+_DEFAULT: SlimeRewardModel | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def _default_rm() -> SlimeRewardModel:
+    """The module's shared slime RM: kind from $VERISTEP_SLIME_KIND (default math)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = SlimeRewardModel(os.environ.get("VERISTEP_SLIME_KIND", "math"))
+        return _DEFAULT
+
+
+async def async_rm(args: Any, sample: Any, **kwargs: Any) -> float | dict[str, Any] | None:
+    """slime `--custom-rm-path veristep.verifiers.async_adapters.async_rm`: one sample's reward."""
+    return await _default_rm()(args, sample, **kwargs)
+
+
+async def batched_async_rm(args: Any, samples: Sequence[Any], **kwargs: Any) -> list[Any]:
+    """slime's batched custom RM form: the rewards of a list of samples, in order."""
+    return await _default_rm().batch(args, samples, **kwargs)
+
+
+__all__ = [
+    "AsyncTRLRewardFunction",
+    "SlimeRewardModel",
+    "async_rm",
+    "async_trl_reward_func",
+    "batched_async_rm",
+    "reference_from_label",
+    "slime_rm",
+]

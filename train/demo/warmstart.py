@@ -50,6 +50,16 @@ REFERENCE_SHA256: dict[str, dict[str, str]] = {
 }
 
 
+#: Warm-start recipes of the experiment's conditions other than the default one (fields of
+#: WarmStartRecipe). "chain8": demonstrations of 8-step +/- chains only, 30 % of their steps
+#: miscomputed on purpose, so the policy makes step-local slips it can learn to avoid (the
+#: step-credit condition, docs/experiment.md); longer sequences need more steps and tokens.
+CONDITION_RECIPES: dict[str, dict[str, Any]] = {
+    "chain8": {"levels": ["chain8"], "demos_per_level": 5000, "step_error_rate": 0.3,
+               "train_steps": 1000, "max_new_tokens": 180},
+}
+
+
 @dataclass(frozen=True)
 class WarmStartRecipe:
     """Everything that determines the warm-started model (hashed for the cache)."""

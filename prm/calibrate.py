@@ -56,6 +56,7 @@ class Trace:
     first_error: int | None = None  # earliest wrong step, -1 for none, None if unknown
     error_steps: tuple[int, ...] | None = None  # planted wrong steps (PRMBench), 0-based
     step_labels: list[int | None] = field(default_factory=list)  # 1 right, 0 wrong, None unknown
+    answer: str | None = None  # reference answer, when the data has one (Monte-Carlo scorers need it)
 
     @property
     def completion(self) -> str:
@@ -217,6 +218,14 @@ def _generic_trace(
     first_error = int(label) if label is not None else None
     if first_error is not None and first_error >= len(steps):
         first_error = -1 if not steps else len(steps) - 1
+    step_labels = (_labels_from_first_error(len(steps), first_error) if first_error is not None
+                   else [None] * len(steps))
+    if rec.get("step_labels") is not None:  # exact per-step labels (veristep prm traces)
+        given = rec["step_labels"]
+        if (not isinstance(given, list) or len(given) != len(steps)
+                or not all(v in (0, 1, None) and not isinstance(v, float) for v in given)):
+            raise ValueError(f"'step_labels' must be a list of 0, 1 or null, one per step ({len(steps)})")
+        step_labels = [None if v is None else int(v) for v in given]
     return Trace(
         id=str(rec.get("id", f"{path.stem}-{lineno}")),
         dataset=path.stem,
@@ -225,9 +234,8 @@ def _generic_trace(
         steps=steps,
         correct=bool(correct),
         first_error=first_error,
-        step_labels=_labels_from_first_error(len(steps), first_error)
-        if first_error is not None
-        else [None] * len(steps),
+        step_labels=step_labels,
+        answer=None if rec.get("answer") is None else str(rec["answer"]),
     )
 
 

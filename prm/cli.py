@@ -39,14 +39,15 @@ from .base import StepScores
 from .loader import SCORER_KINDS, load_scorer
 from .steps import DEFAULT_SEPARATOR
 
-_SCORER_HELP = "rule | hf:PATH | token-cls:PATH | shepherd:PATH | scores:FILE"
+_SCORER_HELP = ("rule | oracle | hf:PATH | token-cls:PATH | shepherd:PATH | scores:FILE | trained:DIR | "
+                "implicit:DIR | mc:k=K (calibrate, with --policy)")
 _MODEL_KINDS = ("hf", "token-cls", "shepherd")
 #: The key a scored line adds to its input line (as `veristep verify` does).
 RESULT_KEY = "veristep"
 
 
 def register(subparsers: Any) -> None:
-    """Add the `prm` command with its `score` and `calibrate` sub-commands."""
+    """Add the `prm` command with its `score`, `calibrate`, `label`, `traces` and `train` sub-commands."""
     prm = subparsers.add_parser(
         "prm", help="process reward models: score steps, calibrate",
         description="Process reward models. Without a sub-command: this help (exit 0).",
@@ -92,8 +93,16 @@ def register(subparsers: Any) -> None:
     cal.add_argument("--save-scores",
                      help="also write every trace's step scores (reusable as scores:FILE)")
     _scorer_arguments(cal)
+    cal.add_argument("--policy", default=None,
+                     help="--scorer mc:k=K: the causal LM folder whose continuations value each step")
+    cal.add_argument("--max-new-tokens", type=int, default=192,
+                     help="--scorer mc: length limit of a continuation")
     add_progress_option(cal)
     cal.set_defaults(func=_calibrate_command)
+
+    from .train_cli import register_train_commands
+
+    register_train_commands(sub)
 
 
 def _scorer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -289,7 +298,12 @@ def _calibrate_command(args: argparse.Namespace) -> int:
     check_output(args.output, inputs=inputs)
     check_output(args.plot, flag="--plot")
     check_output(args.save_scores, flag="--save-scores", inputs=inputs)
-    scorer = _scorer_from_args(args, for_benchmark=True)
+    mc = args.scorer.partition(":")[0].strip().lower() == "mc"
+    if mc and not args.policy:
+        raise UsageError(f"--scorer {args.scorer}: Monte-Carlo values need --policy MODEL_DIR")
+    if args.policy and not mc:
+        raise UsageError("--policy is only for --scorer mc:k=K")
+    scorer = None if mc else _scorer_from_args(args, for_benchmark=True)
     messages = LineMessages("veristep prm calibrate")
     traces = []
     for spec in args.data:
@@ -300,6 +314,8 @@ def _calibrate_command(args: argparse.Namespace) -> int:
     if not traces:
         messages.say("error: no usable traces in the data")
         return EXIT_DATA
+    if mc:
+        scorer = _mc_scorer(args, traces)
     show = not args.no_progress and is_terminal(sys.stderr)
     print(f"scoring {len(traces)} traces with {scorer_name(args.scorer)}, then "
           f"{args.bootstrap} bootstrap resamples per metric", file=sys.stderr)
@@ -312,6 +328,10 @@ def _calibrate_command(args: argparse.Namespace) -> int:
         )
     except ValueError as err:  # the scorer does not fit the data (step counts, missing ids)
         raise UsageError(str(err)) from None
+    finally:
+        if mc:
+            scorer.policy.close()
+    report.config["scorer_cost"] = scorer_cost(scorer)
     print(format_table(report, args.plot_agg))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -331,6 +351,56 @@ def _calibrate_command(args: argparse.Namespace) -> int:
                      "covers the rest")
         return EXIT_DATA
     return EXIT_OK
+
+
+def _mc_scorer(args: argparse.Namespace, traces: Sequence) -> Any:
+    """`mc:k=K` on the traces' prompts: every trace needs a reference answer (or a built-in prompt)."""
+    from veristep.train.mc_values import parse_mc_spec
+
+    from .mc_labels import PolicyMCScorer, load_policy
+
+    try:
+        opts = parse_mc_spec(args.scorer)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    answers: dict[str, str] = {}
+    for t in traces:
+        answer = t.answer if t.answer is not None else _builtin_answer(t.prompt)
+        if answer is None:
+            raise UsageError(f"--scorer mc: trace {t.id} has no 'answer' to judge continuations by")
+        answers[t.prompt] = answer
+    try:
+        policy = load_policy(args.policy, max_new_tokens=args.max_new_tokens, device=args.device)
+    except (ValueError, ImportError) as err:
+        raise UsageError(str(err)) from None
+    scorer = PolicyMCScorer(policy, opts["k"], answers, seed=opts["seed"])
+    scorer.policy = policy
+    return scorer
+
+
+def _builtin_answer(prompt: str) -> str | None:
+    from .oracle import _reference_steps
+
+    try:
+        return str(_reference_steps(prompt)[1])
+    except ValueError:
+        return None
+
+
+def scorer_cost(scorer: Any) -> dict[str, Any]:
+    """What a scorer cost to make and to run, as far as it records it (rollouts, training)."""
+    cost: dict[str, Any] = {"kind": getattr(scorer, "kind", type(scorer).__name__)}
+    if hasattr(scorer, "rollouts"):
+        cost["scoring_rollouts"] = int(scorer.rollouts)
+    meta = getattr(scorer, "veristep_meta", None)
+    if isinstance(meta, dict):
+        for key in ("label_rollouts", "train_steps", "train_seconds", "examples", "label_budget"):
+            if key in meta:
+                cost[key] = meta[key]
+    stats = getattr(scorer, "stats", None)
+    if isinstance(stats, dict):
+        cost["implicit"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
+    return cost
 
 
 def _first_per_subset(traces: Sequence, limit: int) -> list:

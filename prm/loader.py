@@ -18,13 +18,17 @@ SCORER_KINDS = {
               "(oracle, oracle:eps=0.2[,seed=N] flips each label with probability eps)",
     "mc": "Monte-Carlo step values from policy rollouts (mc:k=4); built by the trainer, which "
           "owns the policy and the verifier",
+    "trained": "a PRM written by `veristep prm train` (trained:DIR; refuses an unfinished folder)",
+    "implicit": "PRIME implicit PRM: beta*log(pi_phi/pi_ref) summed per step (implicit:DIR, DIR a "
+                "causal LM to start from or a saved implicit PRM)",
 }
 
 _MODEL_KWARGS = ("separator", "regex", "batch_size", "max_length", "neutral")
+_IMPLICIT_KWARGS = ("separator", "regex", "batch_size", "max_length", "beta", "lr", "mode", "dtype")
 
 
 def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
-    """Build the scorer named by `spec`: rule, oracle[:eps=E,seed=N], hf:PATH, token-cls:PATH, shepherd:PATH, scores:FILE.
+    """Build the scorer named by `spec`: rule, oracle[:eps=E,seed=N], hf:PATH, token-cls:PATH, shepherd:PATH, scores:FILE, trained:DIR, implicit:DIR.
 
     Keyword options go to the scorer (separator, regex, neutral, batch_size, max_length,
     step_separator, step_token, step_tag, system_prompt, ...); `trust_remote_code=True` lets a
@@ -56,6 +60,12 @@ def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
         from .precomputed import PrecomputedScorer
 
         return PrecomputedScorer(target, **_only(kw, ("separator", "regex")))
+    if kind == "trained":
+        return _load_trained(target, device, **kw)
+    if kind == "implicit":
+        from .implicit import load_implicit
+
+        return load_implicit(target, device=device, **_only(kw, _IMPLICIT_KWARGS))
     return _load_model_scorer(kind, target, device, **kw)
 
 
@@ -64,6 +74,20 @@ def _only(kw: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
     if extra:
         raise ValueError(f"unexpected scorer options {extra}; this scorer accepts {list(allowed)}")
     return dict(kw)
+
+
+def _load_trained(path: str, device: str | None, **kw: Any) -> StepScorer:
+    """A `veristep prm train` folder: checked finished, then read as token-cls with its own separators."""
+    from .train import FORMAT, read_meta
+
+    meta = read_meta(path, "trained")
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{path}: unknown trained-PRM format {meta.get('format')!r}")
+    options = {"separator": meta["separator"], "step_separator": meta["step_separator"],
+               "max_length": meta.get("max_length"), **kw}
+    scorer = _load_model_scorer("token-cls", path, device, **options)
+    scorer.veristep_meta = meta  # label and training cost, for reports
+    return scorer
 
 
 def _load_model_scorer(kind: str, path: str, device: str | None, **kw: Any) -> StepScorer:

@@ -94,9 +94,9 @@ def _from_plain(data, depth):
     if tag == "$tuple":
         return tuple(items)
     if tag == "$set":
-        return set(items)
+        return set(_spread(items))
     if tag == "$frozenset":
-        return frozenset(items)
+        return frozenset(_spread(items))
     if tag == "$complex":
         if len(items) != 2:
             raise ValueError("bad complex")
@@ -105,8 +105,28 @@ def _from_plain(data, depth):
     for pair in items:
         if not isinstance(pair, list) or len(pair) != 2:
             raise ValueError("bad dict item")
+    _spread([pair[0] for pair in items])
+    for pair in items:
         pairs[pair[0]] = pair[1]
     return pairs
+
+
+# An honest set or dict has a handful of equal hashes at most ({-1, -2}, {0, 2**61 - 1}); many
+# keys of one hash make building it quadratic (integer hashes are not randomised).
+PLAIN_MAX_SAME_HASH = 64
+_HASH_MODULUS = (1 << 61) - 1  # ints below it hash to themselves: the tally never collides
+
+
+def _spread(items):
+    """`items`, after checking that no hash value is shared by too many of them."""
+    tally = {}
+    for item in items:
+        key = hash(item) % _HASH_MODULUS
+        count = tally.get(key, 0) + 1
+        if count > PLAIN_MAX_SAME_HASH:
+            raise ValueError(f"more than {PLAIN_MAX_SAME_HASH} keys with one hash value")
+        tally[key] = count
+    return items
 
 
 def decode_plain(text):

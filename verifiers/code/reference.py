@@ -14,17 +14,23 @@ MBPP                        ``{"test_list": [asserts], "test_setup_code": .., "t
 HumanEval                   ``{"test": "def check(candidate): ...", "entry_point": "f"}``
 ==========================  ================================================================
 
-Assertions of the form ``assert f(args) == literal`` (also ``!=``, ``is None/True/False``,
-``assert f(x)``, ``assert not f(x)``, ``math.isclose(f(x), literal, ...)``, ``abs(f(x) - literal)
-< tol``) become function tests: the candidate's expression is evaluated in the sandbox, its
-value comes back as plain data (verifiers/code/plain.py) and is compared here, outside the
-candidate's process. Any other assertion runs as a statement in the sandbox and is marked
-fakeable: a program can make it pass without computing anything.
+Assertions of the form ``assert E == literal`` (also ``!=``, ``is None/True/False``,
+``assert E``, ``assert not E``, ``math.isclose(E, literal, ...)``, ``abs(E - literal) < tol``)
+become function tests: E is evaluated in the sandbox, its value comes back as plain data
+(verifiers/code/plain.py) and is compared here, outside the candidate's process. Such a check
+is unfakeable only when E is a direct call of the candidate with literal arguments
+(``f(1, [2, 3], k="x")``, where ``f`` is neither a builtin nor defined by the reference's own
+setup): then the compared value is what the candidate returned. Any other E (``f(x) - y``,
+``f(x).startswith("a")``, ``operator.eq(f(x), y)``, ``len(f(x))``, a setup helper) is computed
+by code the program can patch or race, and the check is marked fakeable, as is any assertion
+that runs as a statement in the sandbox.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -61,6 +67,9 @@ _PREDICATES = frozenset({
 })  # fmt: skip
 
 
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 class BadReference(ValueError):
     """A reference the code verifier cannot use (its result is `bad_reference`, unjudged)."""
 
@@ -86,6 +95,8 @@ class Check:
     expected: Any = None
     tolerance: tuple[tuple[str, float], ...] = ()
     text: str = ""
+    #: The compared value is not a direct call of the candidate with literal arguments.
+    fakeable: bool = False
 
     def passes(self, value: Any) -> bool:
         """Whether the returned value satisfies this check (never raises)."""
@@ -101,12 +112,18 @@ class CallTest:
 
     checks: tuple[Check, ...]
 
+    @property
+    def fakeable(self) -> bool:
+        """Whether some check's value comes from code other than a direct candidate call."""
+        return any(check.fakeable for check in self.checks)
+
 
 @dataclass(frozen=True)
 class StatementTest:
     """Assertion code run as is inside the sandbox (fakeable by the program)."""
 
     source: str
+    fakeable: bool = True
 
 
 Test = IOTest | CallTest | StatementTest
@@ -129,8 +146,8 @@ class CodeReference:
 
     @property
     def fakeable(self) -> bool:
-        """Whether some test runs assertion code a program could fake."""
-        return any(isinstance(t, StatementTest) for t in self.tests)
+        """Whether some test could be passed by a program that does not compute the answer."""
+        return any(getattr(t, "fakeable", False) for t in self.tests)
 
 
 def reference_from_record(record: Mapping[str, Any]) -> dict[str, Any] | Any:
@@ -269,7 +286,8 @@ def _apps_calls(ref: Mapping[str, Any], language: str) -> CodeReference:
 def _asserts(items: Any, setup: str, language: str, what: str) -> CodeReference:
     if not isinstance(items, list) or not items or not all(isinstance(a, str) for a in items):
         raise BadReference(f"{what!r} must be a non-empty list of strings")
-    return CodeReference(language, tuple(assertion_test(a) for a in items), setup=setup)
+    defined = _defined_names(setup)
+    return CodeReference(language, tuple(assertion_test(a, defined) for a in items), setup=setup)
 
 
 def _humaneval(ref: Mapping[str, Any], language: str) -> CodeReference:
@@ -289,7 +307,7 @@ def _humaneval(ref: Mapping[str, Any], language: str) -> CodeReference:
     rest = ast.Module([n for n in module.body if n is not check], type_ignores=[])
     try:
         setup = ast.unparse(rest) + f"\ncandidate = {entry}\n"
-        checks = _checks_from_statements(check.body)
+        checks = _checks_from_statements(check.body, _defined_in(rest.body))
     except RecursionError:
         checks = None
     if checks is not None:
@@ -298,16 +316,54 @@ def _humaneval(ref: Mapping[str, Any], language: str) -> CodeReference:
 
 
 # ---- assertions -> checks -----------------------------------------------------------------------
-def assertion_test(source: str) -> CallTest | StatementTest:
-    """A function test for assertions of a supported form, else the statement itself."""
+def assertion_test(source: str, defined: frozenset[str] = frozenset()) -> CallTest | StatementTest:
+    """A function test for assertions of a supported form, else the statement itself;
+    `defined`: names the reference's setup binds (never the candidate)."""
     try:
-        checks = _checks_from_statements(ast.parse(source).body)
+        checks = _checks_from_statements(ast.parse(source).body, defined)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         checks = None  # a syntax error fails in the sandbox too, and is reported there
     return CallTest(checks) if checks is not None else StatementTest(source)
 
 
-def _checks_from_statements(body: list[ast.stmt]) -> tuple[Check, ...] | None:
+def _defined_names(setup: str) -> frozenset[str]:
+    """Top-level names a setup script binds (empty when it does not parse: it fails in the
+    sandbox then, and every check of the item fails with it)."""
+    try:
+        return _defined_in(ast.parse(setup).body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset()
+
+
+def _defined_in(body: list[ast.stmt]) -> frozenset[str]:
+    names: set[str] = set()
+    for node in body:
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(sub.name)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.add(sub.id)
+            elif isinstance(sub, ast.alias):
+                names.add((sub.asname or sub.name).split(".")[0])
+    return frozenset(names)
+
+
+def _direct_call(node: ast.expr, defined: frozenset[str]) -> bool:
+    """Whether `node` is ``f(literal, ..., k=literal)`` with `f` the candidate: a plain name
+    that is no builtin and not bound by the reference's setup."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    name = node.func.id
+    if name in _BUILTIN_NAMES or name in defined:
+        return False
+    if any(isinstance(arg, ast.Starred) or not _literal(arg)[0] for arg in node.args):
+        return False
+    return all(kw.arg is not None and _literal(kw.value)[0] for kw in node.keywords)
+
+
+def _checks_from_statements(
+    body: list[ast.stmt], defined: frozenset[str] = frozenset()
+) -> tuple[Check, ...] | None:
     checks = []
     for node in body:
         if isinstance(node, ast.Pass) or (
@@ -319,6 +375,9 @@ def _checks_from_statements(body: list[ast.stmt]) -> tuple[Check, ...] | None:
         check = _check(node.test)
         if check is None:
             return None
+        expr = ast.parse(check.call["expr"], mode="eval").body
+        if not _direct_call(expr, defined):
+            check = dataclasses.replace(check, fakeable=True)
         checks.append(check)
     return tuple(checks) if checks else None
 

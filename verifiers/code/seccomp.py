@@ -10,7 +10,12 @@ Two filters, both deny-lists on top of the namespaces and the dropped capabiliti
   file handles, tty injection, and any system call of a foreign architecture or ABI;
 - the program filter, stacked by each completion's supervisor once it has built the
   completion's namespaces, denies in addition what only that set-up needs: new namespaces,
-  mounts, keyrings altogether, and memfd_create (anonymous files would escape the memory budget).
+  mounts, keyrings altogether; kernel memory outside the memory budget (memfd_create, System V
+  message queues and semaphore arrays, pipe buffers grown with F_SETPIPE_SZ, socket buffers
+  grown with SO_SNDBUF/SO_RCVBUF and their FORCE forms); and anything
+  done to another process of the same uid that could break the container's supervisor
+  (resource limits, scheduling class, priority, affinity, I/O priority, process_madvise):
+  those calls work on the caller only.
 
 A denied call fails with EPERM (clone3 with ENOSYS, so that libc falls back to clone, whose
 namespace flags the filter can read); a foreign-architecture call kills the process.
@@ -72,7 +77,10 @@ _COMMON_GENERIC = {  # asm-generic/unistd.h, used by aarch64 and riscv64
     "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438,
     "clone3": 435, "clone": 220, "mount_setattr": 442, "ioctl": 29, "nfsservctl": 42,
-    "move_pages": 239, "migrate_pages": 238,
+    "move_pages": 239, "migrate_pages": 238, "msgget": 186, "semget": 190, "prlimit64": 261,
+    "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122,
+    "sched_setattr": 274, "setpriority": 140, "ioprio_set": 30, "process_madvise": 440,
+    "fcntl": 25, "setsockopt": 208,
 }  # fmt: skip
 
 ARCHES: dict[str, Arch] = {
@@ -94,7 +102,10 @@ ARCHES: dict[str, Arch] = {
             "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "clone3": 435,
             "clone": 56, "mount_setattr": 442, "ioctl": 16, "nfsservctl": 180,
-            "move_pages": 279, "migrate_pages": 256,
+            "move_pages": 279, "migrate_pages": 256, "msgget": 68, "semget": 64,
+            "prlimit64": 302, "sched_setparam": 142, "sched_setscheduler": 144,
+            "sched_setaffinity": 203, "sched_setattr": 314, "setpriority": 141,
+            "ioprio_set": 251, "process_madvise": 440, "fcntl": 72, "setsockopt": 54,
         },  # fmt: skip
     ),
     "aarch64": Arch(audit=0xC00000B7, numbers=dict(_COMMON_GENERIC)),
@@ -115,7 +126,18 @@ SANDBOX_DENIED = (
 PROGRAM_DENIED = (
     "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
     "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "memfd_create",
+    "msgget", "semget", "process_madvise",
 )  # fmt: skip
+#: Allowed to programs only on themselves (first argument 0): the container's supervisor runs
+#: as the same uid, and a limit or a scheduling class set on it would break it.
+PROGRAM_SELF_ONLY = (
+    "prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr",
+)  # fmt: skip
+#: (call, the only `which` allowed) for calls taking (which, who): allowed on the caller only.
+PROGRAM_SELF_ONLY_WHICH = (("setpriority", 0), ("ioprio_set", 1))  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
+_F_SETPIPE_SZ = 1031
+_SOL_SOCKET = 1
+_SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 
 
 class _Program:
@@ -162,6 +184,12 @@ def _filter(arch: Arch, denied: tuple[str, ...], *, program: bool) -> bytes:
     if program:
         p.jump(_JEQ, numbers["clone3"], "enosys", 0)
         p.jump(_JEQ, numbers["clone"], "clone", 0)
+        p.jump(_JEQ, numbers["fcntl"], "fcntl", 0)
+        p.jump(_JEQ, numbers["setsockopt"], "setsockopt", 0)
+        for name in PROGRAM_SELF_ONLY:
+            p.jump(_JEQ, numbers[name], "self_only", 0)
+        for name, _which in PROGRAM_SELF_ONLY_WHICH:
+            p.jump(_JEQ, numbers[name], "which_" + name, 0)
     else:
         p.jump(_JEQ, numbers["keyctl"], "keyctl", 0)
         p.jump(_JEQ, numbers["ioctl"], "ioctl", 0)
@@ -174,6 +202,30 @@ def _filter(arch: Arch, denied: tuple[str, ...], *, program: bool) -> bytes:
         p.label("clone")  # flags are clone's first argument on every supported machine
         p.load(_arg_low(0))
         p.jump(_JSET, _CLONE_NAMESPACES, "deny", 0)
+        p.ret(_RET_ALLOW)
+        # Pipe buffers are kernel memory outside the budget: they stay at the default size.
+        p.label("fcntl")
+        p.load(_arg_low(1))
+        p.jump(_JEQ, _F_SETPIPE_SZ, "deny", 0)
+        p.ret(_RET_ALLOW)
+        p.label("setsockopt")  # socket buffers likewise stay at net.core.[rw]mem_default
+        p.load(_arg_low(1))
+        p.jump(_JEQ, _SOL_SOCKET, 0, "allow_socket")
+        p.load(_arg_low(2))
+        for option in _SOCKET_BUFFER_OPTIONS:
+            p.jump(_JEQ, option, "deny", 0)
+        p.label("allow_socket")
+        p.ret(_RET_ALLOW)
+        for name, which in PROGRAM_SELF_ONLY_WHICH:
+            p.label("which_" + name)
+            p.load(_arg_low(0))
+            p.jump(_JEQ, which, 0, "deny")
+            p.load(_arg_low(1))
+            p.jump(_JEQ, 0, 0, "deny")
+            p.ret(_RET_ALLOW)
+        p.label("self_only")  # pid_t is 32 bits: the kernel reads only the low half
+        p.load(_arg_low(0))
+        p.jump(_JEQ, 0, 0, "deny")
         p.ret(_RET_ALLOW)
     else:
         p.label("keyctl")  # only keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous ring

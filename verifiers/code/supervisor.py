@@ -234,7 +234,9 @@ def _enter_fresh_namespaces(layout):
         with open("/proc/self/" + name, "w") as fh:
             fh.write(text)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    size = f"size={layout['tmpfs_bytes']},mode=0700"
+    # Inodes and dentries are kernel memory the watchdog does not see: one per page at most.
+    size = (f"size={layout['tmpfs_bytes']},nr_inodes={max(layout['tmpfs_bytes'] // 4096, 1024)},"
+            "mode=0700")
     for folder in layout["tmpfs"]:
         # An interpreter's folder below a scratch folder (a virtual environment in /tmp) is
         # bound again on top of the fresh tmpfs, read-only like the mount it comes from.
@@ -483,6 +485,17 @@ def _child(req, workdir, limits, fds, env, program_filter):
             os._exit(127)
 
 
+_MSGQUEUE_BYTES = 819200
+
+
+def _at_most(which, value):
+    """(value, value), or the current hard limit when that is lower (it cannot be raised)."""
+    hard = resource.getrlimit(which)[1]
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    return value, value
+
+
 def _set_limits(limits):
     cpu = int(limits["cpu_s"])
     mem = limits["memory_mb"] * 1024 * 1024
@@ -498,6 +511,8 @@ def _set_limits(limits):
         (resource.RLIMIT_FSIZE, (fsize, fsize)),
         (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
         (resource.RLIMIT_CORE, (0, 0)),
+        # POSIX message queues are kernel memory outside the budget: the kernel's default cap.
+        (resource.RLIMIT_MSGQUEUE, _at_most(resource.RLIMIT_MSGQUEUE, _MSGQUEUE_BYTES)),
     ):
         resource.setrlimit(which, value)
 

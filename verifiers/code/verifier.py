@@ -352,7 +352,7 @@ class CodeVerifier:
         status, detail = classify_step(result)
         outcome = TestOutcome(index, status, result.wall_s, result.exit_code,
                               _tail(result.stderr, self.stderr_chars), detail,
-                              fakeable=isinstance(test, StatementTest),
+                              fakeable=getattr(test, "fakeable", False),
                               peak_memory_mb=None if result.peak_memory_bytes is None
                               else result.peak_memory_bytes / (1 << 20))
         if isinstance(test, IOTest):
@@ -361,8 +361,8 @@ class CodeVerifier:
             ):
                 outcome.status, outcome.detail = Status.WRONG_ANSWER, "output differs"
             return outcome
-        reports = _reports(result.report)
         checks = test.checks if isinstance(test, CallTest) else (None,)
+        reports = _reports(result.report, len(checks))
         for k, check in enumerate(checks):
             report = reports.get(k)
             if report is None:
@@ -385,36 +385,91 @@ def _verdict(check: Check | None, report: dict[str, Any]) -> str | None:
     if check is None:  # a statement test (fakeable): it ran to its end, or an assert failed
         return "assertion failed" if report.get("assertion_failed") else None
     if "not_plain" in report:
-        return f"{check.text}: {report['not_plain']}"
+        why = report["not_plain"]
+        return f"{check.text}: {why[:200] if isinstance(why, str) else 'not plain data'}"
     try:
         value = decode_plain(report["value"])
     except (KeyError, TypeError, ValueError) as err:
-        return f"{check.text}: unreadable value ({err})"
+        return f"{check.text}: unreadable value ({str(err)[:200]})"
     if check.passes(value):
         return None
-    shown = repr(value)
-    return f"{check.text}: got {shown[:200]}{'...' if len(shown) > 200 else ''}"
+    return f"{check.text}: got {bounded_repr(value)}"
+
+
+def bounded_repr(value: Any, limit: int = 200) -> str:
+    """`repr` of a decoded value cut to about `limit` characters, never raising and never
+    building more than that: a returned value is the program's, and may be 10**5000 or
+    nested a thousand levels deep."""
+    parts: list[str] = []
+    budget = [limit]
+
+    def emit(text: str) -> bool:
+        parts.append(text[: max(budget[0], 0)])
+        budget[0] -= len(text)
+        return budget[0] > 0
+
+    def walk(item: Any, depth: int) -> bool:
+        if depth > 20:
+            return emit("...")
+        kind = type(item)
+        if kind is int:
+            if item.bit_length() > 600:  # beyond int's str limit: its size, not its digits
+                return emit(f"<int of {item.bit_length()} bits>")
+            return emit(repr(item))
+        if kind in (list, tuple, set, frozenset, dict):
+            opener, closer = {list: ("[", "]"), tuple: ("(", ")"), dict: ("{", "}"),
+                              set: ("{", "}")}.get(kind, ("frozenset({", "})"))
+            if not item and kind in (set, frozenset):
+                return emit(f"{kind.__name__}()")
+            if not emit(opener):
+                return False
+            items = item.items() if kind is dict else item
+            for n, element in enumerate(items):
+                if n and not emit(", "):
+                    return False
+                if kind is dict:
+                    if not (walk(element[0], depth + 1) and emit(": ")
+                            and walk(element[1], depth + 1)):
+                        return False
+                elif not walk(element, depth + 1):
+                    return False
+            if kind is tuple and len(item) == 1 and not emit(","):
+                return False
+            return emit(closer)
+        if kind in (str, bytes):
+            return emit(repr(item[: budget[0] + 1]))
+        try:
+            return emit(repr(item))
+        except Exception:  # noqa: BLE001 - a repr that fails shows as its type
+            return emit(f"<{kind.__name__}>")
+
+    complete = walk(value, 0)
+    text = "".join(parts)
+    return text if complete and budget[0] >= 0 else text + "..."
 
 
 def _report_items(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of the supervisor's report lines (malformed lines are ignored)."""
+    """The JSON objects of the supervisor's report lines (malformed lines are ignored,
+    nested too deeply included: the program can write its own lines there)."""
     items = []
     for line in text.splitlines():
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, dict):
             items.append(item)
     return items
 
 
-def _reports(text: str) -> dict[int, dict[str, Any]]:
-    """The report of each call, by index (the first one written counts)."""
+def _reports(text: str, count: int) -> dict[int, dict[str, Any]]:
+    """The report of each of `count` calls, by index (the first one written counts); other
+    indexes are ignored, so no program-chosen integer is ever hashed."""
     found: dict[int, dict[str, Any]] = {}
     for item in _report_items(text):
-        if isinstance(item.get("index"), int):
-            found.setdefault(item["index"], item)
+        index = item.get("index")
+        if type(index) is int and 0 <= index < count:
+            found.setdefault(index, item)
     return found
 
 

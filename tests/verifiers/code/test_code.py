@@ -279,7 +279,10 @@ def test_assert_tests(code_verifier, make_code_verifier):
         "setup": "def triple(x):\n    return 3 * x\n",
     }
     result = code_verifier.verify("```python\ndef double(x):\n    return 2 * x\n```", reference)
-    assert result.correct and result.extra["passed"] == 3 and "fakeable" not in result.extra
+    assert result.correct and result.extra["passed"] == 3
+    # triple() is the setup's, not the candidate: a program could swap it, so that test says so.
+    assert result.extra["fakeable"] is True
+    assert [t.get("fakeable", False) for t in result.extra["tests"]] == [False, False, True]
     every = make_code_verifier(timeout=1.0, stop_on_first_failure=False)
     result = every.verify("def double(x):\n    return x + 2\n", reference)
     assert result.extra["passed"] == 2 and result.reward == pytest.approx(2 / 3)
@@ -390,7 +393,7 @@ class Solution:
 """
 MBPP = {
     "test_list": ["assert remove_odd([1, 2, 3]) == [2]", "assert math.isclose(half(3), 1.5)",
-                  "assert CONSTANT == 7"],
+                  "assert remove_odd([CONSTANT]) == []"],
     "test_setup_code": "CONSTANT = 7",
     "test_imports": ["import math"],
 }
@@ -421,7 +424,9 @@ HUMANEVAL = {
 def test_reference_formats(make_code_verifier, reference, good, bad, total):
     verifier = make_code_verifier(timeout=2.0, stop_on_first_failure=False)
     parsed = parse_reference(reference)
-    assert parsed.total == total and not parsed.fakeable
+    assert parsed.total == total
+    # MBPP's last assertion takes an argument from the setup: not a literal, so fakeable.
+    assert parsed.fakeable is (reference in (MBPP, json.dumps(MBPP)))
     record = dict(reference) if isinstance(reference, dict) else {"ground_truth": reference}
     from_record = verifier.reference_from_record({"completion": "x", **record})
     results = verifier.verify_batch([good, bad], [from_record, reference])

@@ -353,6 +353,8 @@ class SubsetReport:
     n_labelled_steps: int
     earliest_error: EarliestErrorReport | None
     locate: LocateReport | None
+    #: AUROC of step scores against the labelled steps (right vs wrong), steps resampled
+    step_auroc: Estimate | None = None
 
 
 @dataclass
@@ -432,6 +434,7 @@ def subset_report(
         n_labelled_steps=len(step_p),
         earliest_error=_earliest_error(tr, sc, dev_fraction, seed),
         locate=_locate(tr, sc),
+        step_auroc=bootstrap(auroc, step_p, step_y, n_bootstrap, seed=seed),
     )
 
 

@@ -73,19 +73,49 @@ ARMS: dict[str, dict[str, Any]] = {
     "avspo": {"advantage": "avspo"},
     "sign": {"advantage": "sign"},
     "dapo": {"advantage": "dapo"},
+    # The step-credit condition's arms (chain8): exact labels with the verified prefix rewarded
+    # (the positive control of step supervision), the same labels as negative-only blame, the
+    # same labels permuted within each gated group (same |A| mass, no information), GRPO at the
+    # learning rate that matches that mass, and the practical scorers.
+    "oracle_prefix": {"advantage": "verigate", "prm": "oracle", "credit": "prefix"},
+    "oracle_blame": {"advantage": "verigate", "prm": "oracle", "credit": "progress"},
+    "placebo_prefix": {"advantage": "verigate", "prm": "oracle", "credit": "prefix", "placebo": "steps"},
+    "grpo_lr": {"advantage": "grpo"},
+    "rule_prefix": {"advantage": "verigate", "prm": "rule", "credit": "prefix"},
 }
 PROBE_ARMS = ("placebo", "oracle", "oracle_eps0.2", "oracle_eps0.4")
 #: Arms that spend rollouts beyond the batch (they train in chunks up to the budget).
 COSTLY_ARMS = ("mc", "dapo")
-#: Datasets of the two conditions: the default recipe's level, and a harder mix.
+#: Datasets of the conditions: the default recipe's level, a harder mix, and the step-credit
+#: condition (8-step +/- chains on a warm start of its own, docs/experiment.md).
 CONDITIONS = {
     "medium": "builtin:arith:level=medium",
     # 3-4 steps, operands up to 14 and factors up to 7: between the medium and hard presets.
     "stress": "builtin:arith:min_steps=3,max_steps=4,max_operand=14,max_factor=7",
+    "chain8": "builtin:arith:level=chain8",
+}
+#: What a condition changes beyond its dataset: its warm start (a CONDITION_RECIPES name of
+#: veristep.train.demo.warmstart and its cache folder), trainer fields, and the arms its reading
+#: compares (the baseline, the placebo, and the ceiling that practical scorers are a share of).
+CONDITION_SETUP: dict[str, dict[str, Any]] = {
+    "chain8": {"warmstart": "chain8", "warmstart_dir": "runs/warmstart-chain8",
+               "overrides": {"max_completion_len": 180},
+               "placebo_arm": "placebo_prefix", "ceiling_arm": "oracle_prefix", "equivalence_margin": 0.02,
+               "full_eval_size": 400,
+               "arms": "grpo,oracle_prefix,placebo_prefix,rule_prefix",
+               "extra_arms": "oracle_blame,grpo_lr,mc"},
 }
 #: Step metrics averaged over a run: the credit diagnostic and the advantage coverage.
 DIAGNOSTIC_KEYS = ("gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
                    "credit/adv_after_error", "credit/adv_answer", "adv/nonzero_frac")
+READING_RULE_CHAIN8 = (
+    "Step supervision can help in this condition if the positive control, oracle_prefix, beats GRPO "
+    "(final held-out pass@1 at T = 1, paired over seeds: 95 % CI above 0) and beats placebo_prefix "
+    "(CI above 0). A practical scorer helps if its CI against GRPO is above 0 and it beats the placebo "
+    "by >= 1.5 points; it is equivalent to GRPO if its CI lies within +-2 points (the equivalence "
+    "margin); otherwise it is a null, reported with its CI. Each practical scorer's gain over GRPO is "
+    "also given as a share of oracle_prefix's gain, with a bootstrap CI over seeds. GRPO itself must "
+    "learn (gain CI above 0), or the condition is void.")
 READING_RULE = ("An arm helps if its paired difference to GRPO (final held-out pass@1 at T = 1, "
                 "over seeds) has a 95 % CI above 0 and it beats the step placebo by >= 1.5 points; "
                 "it hurts if the CI is below 0; otherwise the result is a null, reported with the "
@@ -112,6 +142,10 @@ class Settings:
     warmstart_dir: str = "runs/warmstart"
     device: str = "cpu"
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: learning rate of the grpo_lr arm as a multiple of the others' (matches their |A| mass)
+    grpo_lr_scale: float = 1.0
+    #: held-out prompts of the per-step diagnosis of each final model (0: none)
+    mechanism_prompts: int = 0
 
     @property
     def rollout_budget(self) -> int:
@@ -186,11 +220,41 @@ def paired(runs_a: dict[int, dict[str, Any]], runs_b: dict[int, dict[str, Any]],
     return out
 
 
-def verdict(vs_grpo: dict[str, Any], vs_placebo: dict[str, Any] | None) -> str:
-    """The reading rule (READING_RULE) applied to one arm."""
+def share_of_ceiling(runs: dict[int, dict[str, Any]], grpo: dict[int, dict[str, Any]],
+                     ceiling: dict[int, dict[str, Any]], resamples: int = 4000) -> dict[str, Any]:
+    """An arm's gain over GRPO as a share of the ceiling arm's, with a bootstrap 95 % CI over seeds.
+
+    Seeds are resampled as units (each keeps its paired arm, GRPO and ceiling runs); a resample
+    whose ceiling gain is not positive has no share and is left out (their count is reported).
+    """
+    import random
+
+    seeds = sorted(set(runs) & set(grpo) & set(ceiling))
+    arm_d = [runs[s]["final"]["pass@1"] - grpo[s]["final"]["pass@1"] for s in seeds]
+    ceil_d = [ceiling[s]["final"]["pass@1"] - grpo[s]["final"]["pass@1"] for s in seeds]
+    if not seeds or statistics.fmean(ceil_d) <= 0:
+        return {"share": None, "ci95": [None, None], "seeds": seeds, "undefined_resamples": None}
+    share = statistics.fmean(arm_d) / statistics.fmean(ceil_d)
+    rng, shares, undefined = random.Random(0), [], 0
+    for _ in range(resamples):
+        pick = [rng.randrange(len(seeds)) for _ in seeds]
+        den = statistics.fmean(ceil_d[i] for i in pick)
+        if den <= 0:
+            undefined += 1
+            continue
+        shares.append(statistics.fmean(arm_d[i] for i in pick) / den)
+    shares.sort()
+    ci = [shares[int(0.025 * len(shares))], shares[min(len(shares) - 1, int(0.975 * len(shares)))]] if shares else [None, None]
+    return {"share": share, "ci95": ci, "seeds": seeds, "undefined_resamples": undefined}
+
+
+def verdict(vs_grpo: dict[str, Any], vs_placebo: dict[str, Any] | None, margin: float | None = None) -> str:
+    """The reading rule applied to one arm; with a `margin`, a CI inside +-margin reads as equivalence."""
     lo, hi = vs_grpo["ci95"]
     if lo is None:
         return "too few seeds for a CI"
+    if margin is not None and -margin < lo and hi < margin:
+        return f"equivalent to GRPO within +-{100 * margin:.0f} points: CI [{100 * lo:+.1f}, {100 * hi:+.1f}]"
     if lo > 0 and vs_placebo is not None and (vs_placebo["mean"] or 0) >= 0.015:
         return "helps"
     if lo > 0:
@@ -218,6 +282,10 @@ def trainer_values(settings: Settings, arm: str, seed: int, out: Path, steps: in
     if arm in PROBE_ARMS:
         values["credit"] = settings.probe_credit
     values.update(settings.overrides)
+    if arm == "grpo_lr":
+        from veristep.train.config import Config
+
+        values["lr"] = float(values.get("lr", Config.lr)) * settings.grpo_lr_scale
     return values
 
 
@@ -246,7 +314,32 @@ def run_arm(settings: Settings, arm: str, seed: int, out_root: Path) -> dict[str
             summary = train(make_config(**trainer_values(settings, arm, seed, out, done + chunk, done > 0)))
             calls += 1
             done, used = int(summary["steps"]), int(summary["rollouts"])
-    return collect(arm, seed, summary, out, time.perf_counter() - t0, calls)
+    record = collect(arm, seed, summary, out, time.perf_counter() - t0, calls)
+    if settings.mechanism_prompts > 0:
+        record["mechanism"] = mechanism(out, settings, seed)
+    return record
+
+
+def mechanism(out: Path, settings: Settings, seed: int) -> dict[str, Any] | None:
+    """Per-step accuracy and first-error kinds of the run's final model (the mechanism endpoint)."""
+    import importlib.util
+
+    from veristep.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(out)
+    if ckpt is None or not (ckpt / "model").is_dir():
+        return None
+    path = Path(__file__).resolve().parent / "step_condition_gate.py"
+    spec = importlib.util.spec_from_file_location("step_condition_gate", path)
+    gate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate)
+    level = settings.dataset.rpartition("level=")[2] if "level=" in settings.dataset else "chain8"
+    rep = gate.measure(ckpt / "model", settings.mechanism_prompts, settings.group_size, seed=seed,
+                       max_new_tokens=int(settings.overrides.get("max_completion_len", 180)), level=level,
+                       greedy=False)
+    keep = ("pass@1", "all_wrong_groups", "step_accuracy_by_position", "step_accuracy_mean",
+            "first_error_kinds", "p_correct_at_first_error_median", "seconds")
+    return {k: rep.get(k) for k in keep}
 
 
 def _final_eval(out: Path) -> dict[str, Any]:
@@ -374,8 +467,12 @@ def learning_curve(runs: list[dict[str, Any]], grid: list[float]) -> dict[str, l
             "ci": kind}
 
 
-def summarise(records: list[dict[str, Any]], arms: list[str], budget: int) -> dict[str, Any]:
-    """Per-arm table, paired statistics against GRPO and the placebo, positive control, curves."""
+def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, placebo_arm: str = "placebo",
+              ceiling_arm: str | None = None, margin: float | None = None) -> dict[str, Any]:
+    """Per-arm table, paired statistics against GRPO and the placebo, positive control, curves.
+
+    With a `ceiling_arm` each other arm's gain over GRPO is also a share of the ceiling's.
+    """
     by_arm = {a: {r["seed"]: r for r in records if r["arm"] == a} for a in arms}
     grid = [budget * i / 30 for i in range(31)]
     curves = {a: learning_curve(list(runs.values()), grid) for a, runs in by_arm.items() if runs}
@@ -399,22 +496,35 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int) -> di
                                            if r["final"][key] is not None])
             if grpo and arm != "grpo":
                 row[f"{key}_vs_grpo"] = paired(runs, grpo, key)
-            if "placebo" in by_arm and by_arm["placebo"] and arm not in ("placebo", "grpo"):
-                row[f"{key}_vs_placebo"] = paired(runs, by_arm["placebo"], key)
+            if by_arm.get(placebo_arm) and arm not in (placebo_arm, "grpo"):
+                row[f"{key}_vs_placebo"] = paired(runs, by_arm[placebo_arm], key)
         if "pass@1_vs_grpo" in row:
-            row["verdict"] = verdict(row["pass@1_vs_grpo"], row.get("pass@1_vs_placebo"))
+            row["verdict"] = verdict(row["pass@1_vs_grpo"], row.get("pass@1_vs_placebo"), margin)
         for key in ("rollouts", "mc_rollouts", "prm_completions", "optimizer_steps", "train_s", "prm_s", "wall_s"):
             row[key] = statistics.fmean([r[key] for r in rs])
         row["diagnostic"] = {k: _mean_none([r["diagnostic"].get(k) for r in rs]) for k in DIAGNOSTIC_KEYS}
         row["completion_len"] = {k: _mean_none([r.get("completion_len", {}).get(k) for r in rs])
                                  for k in ("first10", "last10")}
+        if ceiling_arm and grpo and by_arm.get(ceiling_arm) and arm not in ("grpo", ceiling_arm):
+            row["share_of_ceiling"] = share_of_ceiling(runs, grpo, by_arm[ceiling_arm])
+        mech = [r["mechanism"] for r in rs if r.get("mechanism")]
+        if mech:
+            row["step_accuracy"] = mean_ci95([m["step_accuracy_mean"] for m in mech])
+            row["step_accuracy_by_position"] = [_mean_none([m["step_accuracy_by_position"][k] for m in mech])
+                                                for k in range(len(mech[0]["step_accuracy_by_position"]))]
         if grpo_final is not None and arm in curves:
             c = curves[arm]
             hit = next((x for x, m in zip(c["rollouts"], c["mean"], strict=True)
                         if m is not None and m >= grpo_final - 1e-9), None)  # numpy and fmean round apart
             row["rollouts_to_grpo_final"] = hit
         rows.append(row)
-    return {"rows": rows, "positive_control": control, "curves": curves, "grpo_final_pass@1": grpo_final}
+    out = {"rows": rows, "positive_control": control, "curves": curves, "grpo_final_pass@1": grpo_final,
+           "placebo_arm": placebo_arm, "ceiling_arm": ceiling_arm}
+    if ceiling_arm and by_arm.get(ceiling_arm) and grpo:
+        ceiling = next(r for r in rows if r["arm"] == ceiling_arm)
+        out["step_control"] = {"arm": ceiling_arm, "vs_grpo": ceiling.get("pass@1_vs_grpo"),
+                               "vs_placebo": ceiling.get("pass@1_vs_placebo")}
+    return out
 
 
 def _mean_none(vals: list[float | None]) -> float | None:
@@ -440,6 +550,18 @@ def format_tables(summary: dict[str, Any]) -> str:
             f"| {ci(vg)} | {_p(vg)} "
             f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {ci(r.get('greedy_vs_grpo'))} "
             f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
+    if any("share_of_ceiling" in r or "step_accuracy" in r for r in summary["rows"]):
+        lines += ["", f"| arm | gain as a share of {summary.get('ceiling_arm') or 'the ceiling'}'s (bootstrap 95% CI) "
+                  "| per-step accuracy after | by position |", "|---" * 4 + "|"]
+        for r in summary["rows"]:
+            sh = r.get("share_of_ceiling") or {}
+            lo, hi = sh.get("ci95", [None, None])
+            share_txt = "-" if sh.get("share") is None else (
+                f"{_pct(sh['share'], 0)} % [{_pct(lo, 0)}, {_pct(hi, 0)}]" if lo is not None else f"{_pct(sh['share'], 0)} %")
+            acc = r.get("step_accuracy") or {}
+            pos = ", ".join("-" if a is None else f"{a:.2f}" for a in r.get("step_accuracy_by_position", []))
+            acc_txt = "-" if acc.get("mean") is None else f"{acc['mean']:.3f}"
+            lines.append(f"| {r['arm']} | {share_txt} | {acc_txt} | {pos or '-'} |")
     lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
               "| non-zero adv. | tokens per completion, first -> last 10 steps |", "|---" * 8 + "|"]
     f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
@@ -524,17 +646,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = Settings()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--arms", default="grpo,suffix,min,progress,placebo,mc",
-                   help=f"core arms (all seeds), comma separated from: {', '.join(ARMS)}")
-    p.add_argument("--extra-arms", default="oracle,oracle_eps0.2,oracle_eps0.4,avspo,sign,dapo",
-                   help="further arms, run with --extra-seeds seeds")
+    p.add_argument("--arms", default=None,
+                   help=f"core arms (all seeds), comma separated from: {', '.join(ARMS)} (default: the "
+                   "condition's: grpo,suffix,min,progress,placebo,mc; chain8: " + CONDITION_SETUP["chain8"]["arms"] + ")")
+    p.add_argument("--extra-arms", default=None,
+                   help="further arms, run with --extra-seeds seeds (default: oracle,oracle_eps0.2,oracle_eps0.4,"
+                   "avspo,sign,dapo; chain8: " + CONDITION_SETUP["chain8"]["extra_arms"] + ")")
     p.add_argument("--seeds", type=int, default=6, help="paired seeds 0..N-1 of the core arms")
     p.add_argument("--first-seed", type=int, default=0,
                    help="run core seeds FIRST..FIRST+SEEDS-1 (more seeds for an earlier run; aggregate with --from-runs)")
     p.add_argument("--extra-seeds", type=int, default=3, help="seeds of the extra arms")
     p.add_argument("--condition", choices=sorted(CONDITIONS), default="medium",
-                   help="medium (the recipe's level) or stress (a medium/hard mix: " + CONDITIONS["stress"] + ")")
-    p.add_argument("--probe-credit", default=d.probe_credit, choices=("suffix", "min", "progress"),
+                   help="medium (the recipe's level), stress (a medium/hard mix: " + CONDITIONS["stress"] + ") or "
+                   "chain8 (the step-credit condition: 8-step +/- chains on a warm start of their own)")
+    p.add_argument("--grpo-lr-scale", type=float, default=d.grpo_lr_scale,
+                   help="learning rate of the grpo_lr arm as a multiple of the others' (fixed before the run)")
+    p.add_argument("--mechanism-prompts", type=int, default=None,
+                   help="held-out prompts x G of the per-step diagnosis of each final model (default: 0; chain8: 100)")
+    p.add_argument("--probe-credit", default=d.probe_credit, choices=("suffix", "min", "progress", "prefix"),
                    help="credit form of the placebo, mc and oracle arms (chosen before the run)")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps; budget = steps x prompts x G")
     p.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step)
@@ -542,7 +671,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-size", type=int, default=d.eval_size, help="held-out prompts of the final evaluation")
     p.add_argument("--eval-samples", type=int, default=d.eval_samples)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval, help="steps between curve points")
-    p.add_argument("--warmstart-dir", default=d.warmstart_dir)
+    p.add_argument("--warmstart-dir", default=None, help="warm-start cache (default: runs/warmstart; chain8: "
+                   "runs/warmstart-chain8)")
     p.add_argument("--warmstart-recipe", default=None, help="JSON of warm-start recipe fields (a larger model)")
     p.add_argument("--device", default=d.device)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -585,18 +715,32 @@ def _prepare_warm_start(settings: Settings, recipe_json: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the arms, aggregate, write JSON and PNG, print the tables."""
     args = parse_args(argv)
-    core = [a.strip() for a in args.arms.split(",") if a.strip()]
-    extra = [a.strip() for a in args.extra_arms.split(",") if a.strip() and a.strip() not in core]
+    setup = CONDITION_SETUP.get(args.condition, {})
+    arms_spec = args.arms or setup.get("arms", "grpo,suffix,min,progress,placebo,mc")
+    extra_spec = args.extra_arms if args.extra_arms is not None else setup.get(
+        "extra_arms", "oracle,oracle_eps0.2,oracle_eps0.4,avspo,sign,dapo")
+    core = [a.strip() for a in arms_spec.split(",") if a.strip()]
+    extra = [a.strip() for a in extra_spec.split(",") if a.strip() and a.strip() not in core]
+    mech = args.mechanism_prompts if args.mechanism_prompts is not None else (100 if args.condition == "chain8" else 0)
     settings = Settings(dataset=CONDITIONS[args.condition], steps=args.steps, eval_size=args.eval_size,
                         prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                         eval_samples=args.eval_samples, eval_interval=args.eval_interval,
-                        probe_credit=args.probe_credit, warmstart_dir=args.warmstart_dir, device=args.device,
-                        overrides=_overrides(args.set))
+                        probe_credit=args.probe_credit,
+                        warmstart_dir=args.warmstart_dir or setup.get("warmstart_dir", Settings.warmstart_dir),
+                        device=args.device, overrides={**setup.get("overrides", {}), **_overrides(args.set)},
+                        grpo_lr_scale=args.grpo_lr_scale, mechanism_prompts=mech)
+    recipe_json = args.warmstart_recipe
+    if recipe_json is None and setup.get("warmstart"):
+        from veristep.train.demo.warmstart import CONDITION_RECIPES
+
+        recipe_json = json.dumps(CONDITION_RECIPES[setup["warmstart"]])
+    reading_rule = READING_RULE_CHAIN8 if args.condition == "chain8" else READING_RULE
     seeds, extra_seeds, prefix = args.seeds, args.extra_seeds, args.results
     if args.quick:
         core, extra, seeds, extra_seeds = core[:2] or ["grpo"], [], 1, 0
         settings.steps, settings.eval_size, settings.eval_samples, settings.eval_interval = 3, 8, 2, 2
         settings.prompts_per_step = 4
+        settings.mechanism_prompts = min(settings.mechanism_prompts, 2)
         if prefix == DEFAULT_RESULTS:
             prefix = Path(args.runs_dir) / "quick"
     from veristep.train.config import make_config
@@ -604,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     for arm in core + extra:  # a bad arm or field fails now, not after hours
         make_config(**trainer_values(settings, arm, 0, Path(args.runs_dir) / "check", 1, False))
     if not (args.from_json or args.from_runs):  # only training needs the warm start
-        _prepare_warm_start(settings, args.warmstart_recipe)
+        _prepare_warm_start(settings, recipe_json)
     arms = core + extra
     jobs = [(settings, a, s, args.runs_dir) for s in range(args.first_seed, args.first_seed + seeds) for a in core]
     jobs += [(settings, a, s, args.runs_dir) for s in range(extra_seeds) for a in extra]
@@ -623,16 +767,17 @@ def main(argv: list[str] | None = None) -> int:
             records = list(pool.map(_run_job, jobs))
     for extra_json in args.add_json:
         records += [r for r in json.loads(extra_json.read_text())["runs"] if r["arm"] in arms]
-    summary = summarise(records, arms, settings.rollout_budget)
+    summary = summarise(records, arms, settings.rollout_budget, setup.get("placebo_arm", "placebo"),
+                        setup.get("ceiling_arm"), setup.get("equivalence_margin"))
     tables = format_tables(summary)
     n_seeds = max((len(r["seeds"]) for r in summary["rows"]), default=0)
-    full = n_seeds >= 6 and settings.eval_size >= 1000
+    full = n_seeds >= 6 and settings.eval_size >= setup.get("full_eval_size", 1000)
     title = (f"{settings.dataset}, G={settings.group_size} x {settings.prompts_per_step}, budget "
              f"{settings.rollout_budget} rollouts, eval {settings.eval_size} prompts x {settings.eval_samples}"
              + ("" if full else f" -- REDUCED RUN ({n_seeds} seeds)"))
     plot(summary, prefix.with_suffix(".png"), title)
     report = {
-        "reduced": not full, "reading_rule": READING_RULE,
+        "reduced": not full, "reading_rule": reading_rule, "condition": args.condition,
         "settings": {**asdict(settings), "rollout_budget": settings.rollout_budget},
         "arms": arms, "core_arms": core, "seeds": seeds, "extra_seeds": extra_seeds,
         "arm_fields": {a: {k: v for k, v in trainer_values(settings, a, 0, Path("."), settings.steps, False).items()
@@ -655,7 +800,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npositive control (GRPO gain, pass@1 T=1): {_pct(pc['mean'], sign=True)} points over {pc['n']} seeds "
           f"(needs >= +5.0): {'passed' if pc['passed'] else 'FAILED'}\n")
     print(tables)
-    print(f"\n{READING_RULE}\nwrote {prefix.with_suffix('.json')} and {prefix.with_suffix('.png')}"
+    if summary.get("step_control"):
+        sc = summary["step_control"]
+        print(f"step-supervision control ({sc['arm']}) vs GRPO: {_pct((sc['vs_grpo'] or {}).get('mean'), sign=True)} points")
+    print(f"\n{reading_rule}\nwrote {prefix.with_suffix('.json')} and {prefix.with_suffix('.png')}"
           + ("" if full else f"\nREDUCED RUN: {n_seeds} seeds, {settings.eval_size} eval prompts"))
     return 0
 

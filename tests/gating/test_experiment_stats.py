@@ -164,3 +164,25 @@ def test_aggregation_recollects_runs_from_their_folders(tmp_path):
     assert "| 56 -> 26 |" in table
     (out / "summary.json").unlink()  # a folder without its summary: the record as written
     assert "completion_len" not in exp.recollect(out / "record.json")
+
+
+def _runs(values):
+    return {s: {"final": {"pass@1": v}} for s, v in enumerate(values)}
+
+
+def test_share_of_ceiling_and_its_bootstrap():
+    grpo, ceiling = _runs([0.10, 0.12, 0.11]), _runs([0.20, 0.22, 0.21])
+    half = exp.share_of_ceiling(_runs([0.15, 0.17, 0.16]), grpo, ceiling)
+    assert half["share"] == pytest.approx(0.5) and half["seeds"] == [0, 1, 2]
+    assert half["ci95"][0] == pytest.approx(0.5) and half["ci95"][1] == pytest.approx(0.5)  # no spread
+    noisy = exp.share_of_ceiling(_runs([0.10, 0.22, 0.16]), grpo, ceiling)
+    assert noisy["ci95"][0] < noisy["share"] < noisy["ci95"][1]
+    # A ceiling that does not beat GRPO leaves the share undefined, not infinite.
+    assert exp.share_of_ceiling(_runs([0.2] * 3), grpo, grpo)["share"] is None
+
+
+def test_verdict_with_an_equivalence_margin():
+    inside = {"ci95": [-0.01, 0.015], "mean": 0.0}
+    assert exp.verdict(inside, None).startswith("null")
+    assert exp.verdict(inside, None, margin=0.02).startswith("equivalent")
+    assert exp.verdict({"ci95": [-0.03, 0.01], "mean": -0.01}, None, margin=0.02).startswith("null")

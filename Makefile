@@ -18,7 +18,7 @@ setup: $(STAMP)
 # `veristep verify --backend ray` is tested against a local 2-worker cluster; `make test` sets
 # VERISTEP_REQUIRE_RAY=1 so that test fails instead of skipping when Ray is missing.
 $(STAMP): $(RUN_STAMP)
-	$(PY) -m pip install -q -e '.[test,plot,ray]'
+	$(PY) -m pip install -q -e '.[test,plot,ray,serve]'
 	touch $(STAMP)
 
 # `make run` needs only the package itself: no test, plot or Ray extras on its clock.

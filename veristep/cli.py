@@ -24,6 +24,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "veristep.prm.cli",
     "veristep.train.cli",
     "veristep.bench",
+    "veristep.serve.cli",
 )
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -1,0 +1,276 @@
+"""The HTTP face of `veristep serve` (Starlette on uvicorn): routes, auth, body limits, replies.
+
+Endpoints (KIND optional: the first kind served when left out):
+
+* `POST /v1/verify[/KIND]`: native rows. A JSON body `{"rows": [...]}` gets `{"rows": [...]}`
+  back; an `application/x-ndjson` body (a JSONL file as is) gets JSONL back, line for line
+  what `veristep verify` writes.
+* `POST /get_reward`, `POST /v1/get_reward/KIND`: OpenRLHF's remote reward model protocol.
+* `POST /slime`, `POST /v1/slime/KIND`: slime's `{prompt, response, label}` -> a reward (a bare
+  number; `?detail=1` answers the whole result object).
+* `GET /health` (alive), `GET /ready` (verifiers built, not draining), `GET /metrics`.
+
+Every reply carries `X-Veristep-Version` and `X-Veristep-Config` headers (and the same in
+`version` / `config_hash` of a JSON object body). With a token, every endpoint but /health and
+/ready needs `Authorization: Bearer TOKEN`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .metrics import CONTENT_TYPE, Metrics
+from .service import RequestError, Service, check_list_of, check_types, completion_of
+
+NDJSON = "application/x-ndjson"
+#: Bodies larger than this are decoded off the event loop (json.loads holds it otherwise).
+_OFFLOAD_BYTES = 1 << 20
+
+
+def create_app(service: Service) -> Starlette:
+    """The ASGI app of one service."""
+    metrics = service.metrics
+    if metrics is None:
+        metrics = service.metrics = Metrics(lambda: service.verifiers, lambda: service.inflight)
+    stamp_headers = {"X-Veristep-Version": service.version, "X-Veristep-Config": service.config_hash}
+
+    def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+        if isinstance(body, dict):
+            body = {**body, **service.stamp()}
+        return JSONResponse(body, status, {**stamp_headers, **(headers or {})})
+
+    def endpoint(name: str, auth: bool = True) -> Callable[[Callable[[Request], Awaitable[Response]]],
+                                                             Callable[[Request], Awaitable[Response]]]:
+        def wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+            async def run(request: Request) -> Response:
+                start = time.perf_counter()
+                metrics.inflight_requests.inc()
+                try:
+                    if auth:
+                        _check_token(request, service.config.token)
+                    response = await handler(request)
+                except RequestError as err:
+                    response = reply({"error": err.reason}, err.status, err.headers)
+                except Exception as err:  # noqa: BLE001 - a bug of ours: one line, never a traceback
+                    response = reply({"error": f"internal error: {type(err).__name__}: {err}"}, 500)
+                finally:
+                    metrics.inflight_requests.dec()
+                for key, value in stamp_headers.items():
+                    response.headers.setdefault(key, value)
+                metrics.observe(name, response.status_code, time.perf_counter() - start)
+                return response
+            return run
+        return wrap
+
+    @contextlib.asynccontextmanager
+    async def admitted(n: int) -> AsyncIterator[None]:
+        service.admit(n)
+        try:
+            yield
+        finally:
+            service.release(n)
+
+    @endpoint("health", auth=False)
+    async def health(request: Request) -> Response:
+        return reply({"status": "ok", "kinds": service.config.kinds, "pid": os.getpid()})
+
+    @endpoint("ready", auth=False)
+    async def ready(request: Request) -> Response:
+        if service.draining:
+            return reply({"ready": False, "reason": "draining"}, 503)
+        if not service.ready:
+            return reply({"ready": False, "reason": "starting"}, 503)
+        return reply({"ready": True, "queue": service.inflight, "max_queue": service.config.max_queue})
+
+    @endpoint("metrics")
+    async def metrics_view(request: Request) -> Response:
+        return Response(metrics.render(), 200, media_type=CONTENT_TYPE)
+
+    @endpoint("verify")
+    async def verify(request: Request) -> Response:
+        kind, _ = service.verifier(request.path_params.get("kind"))
+        raw = await _read_body(request, service.config.max_body_bytes)
+        deadline = _deadline(request)
+        key = request.query_params.get("completion_key")
+        if _content_type(request) == NDJSON:
+            lines = [line for line in raw.split(b"\n") if line.strip()]
+            items = service.native_items(kind, lines, key)
+            async with admitted(len(items)):
+                rows = await service.native(kind, items, deadline)
+            text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            return Response(text, 200, stamp_headers, media_type=NDJSON)
+        body = check_types(await _json(raw), {"rows": (list,)}, "native request")
+        items = service.native_items(kind, body["rows"], key)
+        async with admitted(len(items)):
+            rows = await service.native(kind, items, deadline)
+        return reply({"kind": kind, "rows": rows})
+
+    @endpoint("get_reward")
+    async def get_reward(request: Request) -> Response:
+        kind, _ = service.verifier(request.path_params.get("kind"))
+        body = check_types(await _json(await _read_body(request, service.config.max_body_bytes)),
+                           {"query": (list,)}, "get_reward")
+        queries = body["query"]
+        check_list_of(queries, (str,), "query", "get_reward")
+        prompts = _column(body, "prompts", len(queries))
+        labels = _column(body, "labels", len(queries))
+        unjudged = _unjudged_value(body, service.config.unjudged_reward)
+        completions = [completion_of(q, p) for q, p in zip(queries, prompts, strict=True)]
+        pairs = service.label_items(kind, completions, labels)
+        async with admitted(len(pairs)):
+            results = await service.verify(kind, pairs, _deadline(request))
+        return reply(service.openrlhf_reply(results, unjudged))
+
+    @endpoint("slime")
+    async def slime(request: Request) -> Response:
+        kind, _ = service.verifier(request.path_params.get("kind"))
+        body = check_types(await _json(await _read_body(request, service.config.max_body_bytes)),
+                           {"response": (str,)}, "slime request")
+        unjudged = _unjudged_value(body, service.config.unjudged_reward)
+        pairs = service.label_items(kind, [body["response"]], [body.get("label")])
+        async with admitted(1):
+            (result,) = await service.verify(kind, pairs, _deadline(request))
+        value = service.reward_value(result, unjudged)
+        headers = {"X-Veristep-Status": result.status.value, "X-Veristep-Judged": str(bool(result.judged)).lower()}
+        if request.query_params.get("detail") in ("1", "true"):
+            return reply({"reward": value, "judged": bool(result.judged), "status": result.status.value,
+                          "correct": bool(result.correct), "detail": result.detail[:300]}, 200, headers)
+        return reply(value, 200, headers)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics_view, methods=["GET"]),
+        Route("/v1/verify", verify, methods=["POST"]),
+        Route("/v1/verify/{kind}", verify, methods=["POST"]),
+        Route("/get_reward", get_reward, methods=["POST"]),
+        Route("/v1/get_reward/{kind}", get_reward, methods=["POST"]),
+        Route("/slime", slime, methods=["POST"]),
+        Route("/v1/slime/{kind}", slime, methods=["POST"]),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(_warm_up, service)
+        service.ready = True
+        try:
+            yield
+        finally:
+            service.ready = False
+            await asyncio.to_thread(service.close)
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "status_code", 404)
+        what = "method not allowed" if code == 405 else "no such endpoint"
+        return reply({"error": f"{what}: {request.method} {request.url.path}"}, code)
+
+    app.add_exception_handler(404, not_found)
+    app.add_exception_handler(405, not_found)
+    return app
+
+
+def _warm_up(service: Service) -> None:
+    """Start each verifier's pool before the server says it is ready (first requests stay fast)."""
+    samples = {"math": ("\\boxed{1}", "1"), "format": ("<think>a</think>\n<answer>1</answer>", None)}
+    for kind, verifier in service.verifiers.items():
+        sample = samples.get(getattr(verifier, "kind", kind))
+        if sample is not None:
+            with contextlib.suppress(Exception):
+                verifier.verify_batch([sample[0]], [sample[1]])
+
+
+def _check_token(request: Request, token: str | None) -> None:
+    if not token:
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+        raise RequestError(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)",
+                           {"WWW-Authenticate": "Bearer"})
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise RequestError(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
+        except ValueError:
+            raise RequestError(400, f"bad Content-Length {declared!r}") from None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _json(raw: bytes) -> Any:
+    """The body as JSON; 400 with the parser's one-line reason otherwise."""
+    if not raw.strip():
+        raise RequestError(400, "empty body; expected a JSON object")
+
+    def parse() -> Any:
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise RequestError(400, f"body is not UTF-8 text ({err.reason})") from None
+        except json.JSONDecodeError as err:
+            raise RequestError(400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+        except RecursionError:
+            raise RequestError(400, "malformed JSON: nested too deeply") from None
+
+    return await asyncio.to_thread(parse) if len(raw) > _OFFLOAD_BYTES else parse()
+
+
+def _column(body: dict[str, Any], name: str, n: int) -> list[Any]:
+    values = body.get(name)
+    if values is None:
+        return [None] * n
+    if not isinstance(values, list):
+        raise RequestError(422, f"get_reward: field {name!r} must be a list, got {type(values).__name__}")
+    if len(values) != n:
+        raise RequestError(422, f"get_reward: {len(values)} {name} for {n} queries; give one each")
+    return values
+
+
+def _unjudged_value(body: dict[str, Any], default: float | None) -> float | None:
+    if "unjudged_reward" not in body:
+        return default
+    value = body["unjudged_reward"]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise RequestError(422, f"unjudged_reward must be a number or null, got {type(value).__name__}")
+    return None if value is None else float(value)
+
+
+def _deadline(request: Request) -> float | None:
+    raw = request.headers.get("x-veristep-deadline")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RequestError(400, f"X-Veristep-Deadline must be seconds, got {raw!r}") from None
+    if not value > 0:
+        raise RequestError(400, f"X-Veristep-Deadline must be > 0, got {raw!r}")
+    return value

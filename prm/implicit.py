@@ -222,6 +222,22 @@ class ImplicitPRM:
 
     # -- persistence ----------------------------------------------------------------------------
 
+    def state_dict(self) -> dict[str, Any]:
+        """pi_phi's weights, its optimizer and the cost counters, for the trainer's checkpoint.
+
+        The tensors are the live ones (no copy of a large model): save them, as a checkpoint does.
+        """
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "stats": dict(self.stats), "beta": self.beta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (a resumed run continues the same pi_phi)."""
+        if float(state.get("beta", self.beta)) != self.beta:
+            raise ValueError(f"checkpoint of an implicit PRM with beta={state['beta']}, this one has {self.beta}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.stats.update(state.get("stats", {}))
+
     def save(self, output: str | Path) -> Path:
         """Write pi_phi, pi_ref (under reference/), the tokenizer and the meta file (last), atomically."""
         from .train import META_FILE

@@ -24,7 +24,8 @@ SCORER_KINDS = {
 }
 
 _MODEL_KWARGS = ("separator", "regex", "batch_size", "max_length", "neutral")
-_IMPLICIT_KWARGS = ("separator", "regex", "batch_size", "max_length", "beta", "lr", "mode", "dtype")
+_IMPLICIT_KWARGS = ("separator", "regex", "batch_size", "max_length", "beta", "lr", "mode", "dtype",
+                    "low", "high")
 
 
 def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:

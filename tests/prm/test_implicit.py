@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -74,6 +75,24 @@ def test_online_updates_separate_right_from_wrong_completions(tiny_model_dir):
     assert separation(held_p, held_c, held_y) > 0.58
     assert all(c["seqs"] == 16 and c["tokens"] > 0 and c["backward_s"] > 0 for c in costs)
     assert prm.stats["updates"] == 15 and prm.stats["update_seqs"] == 240
+
+
+def test_state_dict_resumes_the_same_reward_model(tiny_model_dir):
+    p, c, y = _demos(8, 6)
+    a = load_implicit(str(tiny_model_dir), beta=0.1, lr=1e-3)
+    a.update(p, c, y)
+    b = load_implicit(str(tiny_model_dir), beta=0.1, lr=1e-3)
+    buffer = io.BytesIO()  # through bytes, as the trainer's checkpoint file carries it
+    torch.save(a.state_dict(), buffer)
+    buffer.seek(0)
+    b.load_state_dict(torch.load(buffer, weights_only=False))
+    a.update(p, c, y)
+    b.update(p, c, y)
+    for x, z in zip(b.step_rewards(p[:2], c[:2]), a.step_rewards(p[:2], c[:2]), strict=True):
+        assert x == pytest.approx(z, abs=1e-6)
+    assert b.stats["updates"] == 2
+    with pytest.raises(ValueError, match="beta"):
+        load_implicit(str(tiny_model_dir), beta=0.2).load_state_dict(a.state_dict())
 
 
 def test_update_contract_and_bad_options(tiny_model_dir):

@@ -106,6 +106,8 @@ def _policy_arguments(parser: argparse.ArgumentParser, default_seed: int = 0) ->
     parser.add_argument("--seed", type=int, default=default_seed,
                         help=f"seed of the problems and the samples (default {default_seed})")
     parser.add_argument("--rollout", choices=("hf", "vllm"), default="hf", help="rollout engine")
+    parser.add_argument("--verifier", default="math",
+                        help="outcome verifier judging completions (a trainer verifier kind)")
     parser.add_argument("--device", default=None, help="cuda, cpu, ... (default auto)")
 
 
@@ -158,8 +160,9 @@ def _load_policy(args: argparse.Namespace) -> Any:
 
     try:
         return load_policy(args.policy, max_new_tokens=args.max_new_tokens,
-                           temperature=args.temperature, device=args.device, rollout=args.rollout)
-    except (ValueError, ImportError) as err:
+                           temperature=args.temperature, device=args.device, rollout=args.rollout,
+                           verifier=args.verifier)
+    except (ValueError, ImportError, KeyError) as err:
         raise UsageError(str(err)) from None
 
 

@@ -123,9 +123,17 @@ class TRLRewardFunction:
         *,
         reference_column: str | None = None,
         name: str | None = None,
+        remote: str | None = None,
         **config: Any,
     ) -> None:
-        if isinstance(verifier, str):
+        if remote is not None:  # verdicts from a `veristep serve` server: no pools here
+            if config or not isinstance(verifier, str):
+                raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
+            from veristep.client import RemoteVerifier
+
+            self._kind, self._config = None, {}
+            self._verifier = RemoteVerifier(remote, verifier)
+        elif isinstance(verifier, str):
             self._kind: str | None = verifier
             self._config = config
             # Built now so a bad kind or config fails at set-up, not at the first training step.
@@ -229,10 +237,14 @@ def trl_reward_func(
     *,
     reference_column: str | None = None,
     name: str | None = None,
+    remote: str | None = None,
     **config: Any,
 ) -> TRLRewardFunction:
-    """Return a TRL reward function: `GRPOTrainer(..., reward_funcs=[trl_reward_func("math")])`."""
-    return TRLRewardFunction(verifier, reference_column=reference_column, name=name, **config)
+    """Return a TRL reward function: `GRPOTrainer(..., reward_funcs=[trl_reward_func("math")])`.
+
+    `remote="http://host:port"` scores on a `veristep serve` server instead of local pools.
+    """
+    return TRLRewardFunction(verifier, reference_column=reference_column, name=name, remote=remote, **config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,8 +353,9 @@ def _reference_record(
 class VerlScorer:
     """verl custom reward function: one verifier per kind, built on first use and reused."""
 
-    def __init__(self, configs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(self, configs: Mapping[str, Mapping[str, Any]] | None = None, remote: str | None = None) -> None:
         self.configs = {k: dict(v) for k, v in (configs or {}).items()}
+        self.remote = remote  # a `veristep serve` URL: verdicts come from there, no pools here
         self._verifiers: dict[str, Verifier] = {}
         self._lock = threading.Lock()
         self._unjudged = _UnjudgedLog("veristep verl scorer")
@@ -354,7 +367,7 @@ class VerlScorer:
 
     def __getstate__(self) -> dict[str, Any]:
         # verifiers hold worker processes: rebuilt on first use on the other side
-        return {"configs": self.configs, "_unjudged": self._unjudged}
+        return {"configs": self.configs, "remote": self.remote, "_unjudged": self._unjudged}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -365,7 +378,12 @@ class VerlScorer:
         """The cached verifier of `kind`."""
         with self._lock:
             if kind not in self._verifiers:
-                self._verifiers[kind] = get_verifier(kind, **self.configs.get(kind, {}))
+                if self.remote:
+                    from veristep.client import RemoteVerifier
+
+                    self._verifiers[kind] = RemoteVerifier(self.remote, kind)
+                else:
+                    self._verifiers[kind] = get_verifier(kind, **self.configs.get(kind, {}))
             return self._verifiers[kind]
 
     def __call__(
@@ -461,12 +479,12 @@ _SCORERS: dict[str, VerlScorer] = {}
 _SCORERS_LOCK = threading.Lock()
 
 
-def _scorer(config: Mapping[str, Mapping[str, Any]] | None) -> VerlScorer:
+def _scorer(config: Mapping[str, Mapping[str, Any]] | None, remote: str | None = None) -> VerlScorer:
     """The shared scorer for one verifier configuration (verl's reward_kwargs.veristep_config)."""
-    key = json.dumps(config or {}, sort_keys=True, default=str)
+    key = json.dumps([config or {}, remote], sort_keys=True, default=str)
     with _SCORERS_LOCK:
         if key not in _SCORERS:
-            _SCORERS[key] = VerlScorer(config)
+            _SCORERS[key] = VerlScorer(config, remote)
         return _SCORERS[key]
 
 
@@ -476,14 +494,16 @@ def compute_score(
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
     veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
+    veristep_remote: str | None = None,
     **_: Any,
 ) -> VerlScore:
     """verl `custom_reward_function` entry point (naive, dapo, prime ...): score one response.
 
     `veristep_config` (from verl's `custom_reward_function.reward_kwargs`) maps a verifier kind
-    to its keyword configuration, e.g. {"math": {"timeout": 3}}.
+    to its keyword configuration, e.g. {"math": {"timeout": 3}}; `veristep_remote` (a `veristep
+    serve` URL) scores on that server instead of local pools.
     """
-    return _scorer(veristep_config)(data_source, solution_str, ground_truth, extra_info)
+    return _scorer(veristep_config, veristep_remote)(data_source, solution_str, ground_truth, extra_info)
 
 
 def compute_score_batch(
@@ -492,6 +512,7 @@ def compute_score_batch(
     ground_truths: Sequence[Any],
     extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
     veristep_config: Mapping[str, Mapping[str, Any]] | None = None,
+    veristep_remote: str | None = None,
     **_: Any,
 ) -> list[VerlScore]:
     """verl entry point for its BatchRewardManager: score a whole batch in parallel.
@@ -501,7 +522,7 @@ def compute_score_batch(
     """
     if data_sources is None:
         data_sources = [""] * len(solution_strs)
-    return _scorer(veristep_config).batch(data_sources, solution_strs, ground_truths, extra_infos)
+    return _scorer(veristep_config, veristep_remote).batch(data_sources, solution_strs, ground_truths, extra_infos)
 
 
 __all__ = [

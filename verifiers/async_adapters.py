@@ -65,10 +65,15 @@ def async_trl_reward_func(
     *,
     reference_column: str | None = None,
     name: str | None = None,
+    remote: str | None = None,
     **config: Any,
 ) -> AsyncTRLRewardFunction:
-    """An `async def` TRL reward function: `GRPOTrainer(reward_funcs=[async_trl_reward_func("math")])`."""
-    return AsyncTRLRewardFunction(verifier, reference_column=reference_column, name=name, **config)
+    """An `async def` TRL reward function: `GRPOTrainer(reward_funcs=[async_trl_reward_func("math")])`.
+
+    `remote="http://host:port"` awaits a `veristep serve` server instead of local pools.
+    """
+    return AsyncTRLRewardFunction(verifier, reference_column=reference_column, name=name, remote=remote,
+                                  **config)
 
 
 def reference_from_label(verifier: Verifier, label: Any) -> Any:

@@ -185,12 +185,21 @@ def create_app(service: Service) -> Starlette:
 
 def _warm_up(service: Service) -> None:
     """Start each verifier's pool before the server says it is ready (first requests stay fast)."""
-    samples = {"math": ("\\boxed{1}", "1"), "format": ("<think>a</think>\n<answer>1</answer>", None)}
     for kind, verifier in service.verifiers.items():
-        sample = samples.get(getattr(verifier, "kind", kind))
+        sample = _WARM_UP.get(getattr(verifier, "kind", kind))
         if sample is not None:
             with contextlib.suppress(Exception):
-                verifier.verify_batch([sample[0]], [sample[1]])
+                verifier.verify_batch([sample[0]], [verifier.reference_from_record(sample[1])])
+
+
+#: One item per kind that reaches the kind's pool (the math one needs sympy, so its workers and
+#: their imports start now rather than under the first requests).
+_WARM_UP: dict[str, tuple[str, dict[str, Any]]] = {
+    "math": ("\\boxed{(x+1)^2}", {"answer": "x^2+2x+1"}),
+    "code": ("```python\nprint(1)\n```", {"language": "python", "tests": [{"stdin": "", "stdout": "1\n"}]}),
+    "tools": ('<tool_call>{"name": "f", "arguments": {}}</tool_call>', {"expected": [{"name": "f", "arguments": {}}]}),
+    "format": ("<think>a</think>\n<answer>1</answer>", {}),
+}
 
 
 def _check_token(request: Request, token: str | None) -> None:

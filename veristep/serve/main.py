@@ -56,6 +56,7 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
         app, log_level="warning", access_log=False, lifespan="on", backlog=2048,
         timeout_keep_alive=30, timeout_graceful_shutdown=config.deadline_s + 10,
     )
+    sock.listen(2048)  # connections made while the pools warm up wait in the backlog, not refused
     server = _Server(uconfig)
     # uvicorn re-raises the signal that stopped it once it has drained, under the handlers it
     # found: a drained server is a clean exit (code 0), so those handlers do nothing

@@ -1,0 +1,334 @@
+"""`veristep serve` under load, side by side with in-process `verify_batch` at equal workers.
+
+One run measures, on the same machine and the same mixed math / code / tools rows:
+
+1. in process: each kind's `verify_batch` over all its rows, the three kinds in parallel threads
+   (and one after another), with `--workers` per kind;
+2. served: `veristep serve math code tools --workers W` (a real server process), driven by an
+   asyncio load generator of `--clients` concurrent clients (httpx), each posting requests of
+   `--rows-per-request` rows of one kind: p50 / p99 request latency, throughput, server memory
+   (RSS of the server and its workers) over time, lost and duplicated replies (each row carries
+   an id; every id must come back exactly once); one pool worker is SIGKILLed mid-load;
+3. overload: the same load against a server whose queue holds half of what the clients keep in
+   flight (2x capacity): how many 429s, that every request is still answered after the client's
+   retries, and that the server is healthy afterwards.
+
+Writes benchmarks/results/serve_bench.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def mixed_rows(n: int, shares: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
+    """`n` rows split over kinds by `shares`, each with a unique `bench_id`.
+
+    math: MATH-500 worked solutions against their own answer (half) or another row's (half);
+    code and tools: the shipped samples, cycled (the code sample's deliberate time-out left out).
+    """
+    math_base = _lines(DATA / "math500_test.jsonl")
+    code_base = [r for r in _lines(DATA / "code_sample.jsonl") if r.get("expected_status") != "timeout"]
+    tools_base = _lines(DATA / "tools_sample.jsonl")
+    out: dict[str, list[dict[str, Any]]] = {}
+    next_id = 0
+    for kind, share in shares.items():
+        count = int(round(n * share))
+        rows = []
+        if kind == "math":
+            for i, j in zip(range(count), itertools.cycle(range(len(math_base))), strict=False):
+                row = {"completion": math_base[j]["solution"], "answer": math_base[j]["answer"]}
+                if i % 2:
+                    row["answer"] = math_base[(j + 1) % len(math_base)]["answer"]
+                rows.append(row)
+        else:
+            base = code_base if kind == "code" else tools_base
+            rows = [dict(base[j]) for _, j in zip(range(count), itertools.cycle(range(len(base))), strict=False)]
+        for row in rows:
+            row["bench_id"] = next_id
+            next_id += 1
+        out[kind] = rows
+    return out
+
+
+def in_process(rows: dict[str, list[dict[str, Any]]], workers: int, parallel: bool) -> dict[str, Any]:
+    """Items/s of each kind's verify_batch over all its rows (kinds in threads when `parallel`)."""
+    from veristep.verifiers import get_verifier
+
+    verifiers = {kind: get_verifier(kind, workers=workers) for kind in rows}
+    prepared = {}
+    for kind, kind_rows in rows.items():
+        v = verifiers[kind]
+        prepared[kind] = ([r["completion"] for r in kind_rows], [v.reference_from_record(r) for r in kind_rows])
+        v.verify_batch(prepared[kind][0][:4], prepared[kind][1][:4])  # pools up, as the server's warm-up
+    statuses: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def run(kind: str) -> None:
+        results = verifiers[kind].verify_batch(*prepared[kind])
+        with lock:
+            for r in results:
+                statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+
+    start = time.perf_counter()
+    if parallel:
+        threads = [threading.Thread(target=run, args=(kind,)) for kind in rows]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for kind in rows:
+            run(kind)
+    wall = time.perf_counter() - start
+    for v in verifiers.values():
+        v.close()
+    n = sum(len(r) for r in rows.values())
+    return {"items": n, "wall_s": round(wall, 3), "items_per_s": round(n / wall, 1), "statuses": statuses}
+
+
+def start_server(workers: int, max_queue: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """A `veristep serve math code tools` process on a free port, once /ready says 200."""
+    import httpx
+
+    cmd = [sys.executable, "-m", "veristep", "serve", "math", "code", "tools", "--port", "0",
+           "--workers", str(workers), "--max-queue", str(max_queue), *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = proc.stdout.readline().decode()
+    match = re.search(r"http://[^\s]+:(\d+)", line)
+    if not match:
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    url = f"http://127.0.0.1:{match.group(1)}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/ready", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server never became ready")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _tree_rss_mb(pid: int) -> float:
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+        todo.extend(_children(p))
+    return total / 1024
+
+
+def _kill_a_pool_worker(server_pid: int) -> int | None:
+    """SIGKILL one forked pool worker of the server (same command line as the server itself)."""
+    try:
+        cmdline = Path(f"/proc/{server_pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    for child in _children(server_pid):
+        try:
+            if Path(f"/proc/{child}/cmdline").read_bytes() == cmdline:
+                os.kill(child, signal.SIGKILL)
+                return child
+        except OSError:
+            continue
+    return None
+
+
+async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, per_request: int,
+               kill_pid: int | None = None, retry_429: bool = True) -> dict[str, Any]:
+    """`clients` concurrent clients post every row once; latency, throughput, lost/duplicated ids."""
+    import httpx
+
+    requests: list[tuple[str, list[dict[str, Any]]]] = []
+    for kind, kind_rows in rows.items():
+        for lo in range(0, len(kind_rows), per_request):
+            requests.append((kind, kind_rows[lo:lo + per_request]))
+    # interleave kinds so every client sees the mix
+    requests.sort(key=lambda kr: kr[1][0]["bench_id"] % 7919)
+    queue: asyncio.Queue = asyncio.Queue()
+    for req in requests:
+        queue.put_nowait(req)
+    latencies: list[float] = []
+    seen: dict[int, int] = {}
+    statuses: dict[str, int] = {}
+    codes: dict[int, int] = {}
+    killed: list[int] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    total = sum(len(r) for _, r in requests)
+
+    async with httpx.AsyncClient(limits=limits, timeout=600) as http:
+        async def client() -> None:
+            while True:
+                try:
+                    kind, batch = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                start = time.perf_counter()
+                while True:
+                    r = await http.post(f"{url}/v1/verify/{kind}", json={"rows": batch})
+                    codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                    if r.status_code == 429 and retry_429:
+                        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                        continue
+                    break
+                latencies.append(time.perf_counter() - start)
+                if r.status_code != 200:
+                    continue
+                for row in r.json()["rows"]:
+                    seen[row["bench_id"]] = seen.get(row["bench_id"], 0) + 1
+                    status = row["veristep"]["status"]
+                    statuses[status] = statuses.get(status, 0) + 1
+                if kill_pid is not None and not killed and len(seen) >= total // 3:
+                    pid = _kill_a_pool_worker(kill_pid)
+                    if pid:
+                        killed.append(pid)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        wall = time.perf_counter() - start
+    sent = {row["bench_id"] for _, batch in requests for row in batch}
+    lat = sorted(latencies)
+    p50 = statistics.median(lat)
+    p99 = lat[min(len(lat) - 1, int(round(0.99 * (len(lat) - 1))))]
+    return {
+        "items": total, "requests": len(requests), "wall_s": round(wall, 3),
+        "items_per_s": round(total / wall, 1),
+        "latency_p50_s": round(p50, 3), "latency_p99_s": round(p99, 3), "p99_over_p50": round(p99 / p50, 2),
+        "lost": len(sent - set(seen)), "duplicated": sum(1 for n in seen.values() if n > 1),
+        "http_codes": {str(k): v for k, v in sorted(codes.items())}, "statuses": statuses,
+        "worker_killed": killed[0] if killed else None,
+    }
+
+
+def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_queue: int, kill: bool,
+           ) -> dict[str, Any]:
+    """Run the load against a fresh server; stop it with SIGTERM; memory samples included."""
+    import httpx
+
+    proc, url = start_server(args.workers, max_queue, [])
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            samples.append((round(time.perf_counter() - t0, 2), round(_tree_rss_mb(proc.pid), 1)))
+            stop.wait(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = asyncio.run(load(url, rows, args.clients, args.rows_per_request,
+                                  kill_pid=proc.pid if kill else None))
+        result["healthy_after"] = httpx.get(url + "/health", timeout=30).status_code == 200
+        metrics = httpx.get(url + "/metrics", timeout=30).text
+        restarts = re.findall(r'veristep_worker_restarts\{kind="(\w+)"\} ([\d.]+)', metrics)
+        result["worker_restarts"] = {k: float(v) for k, v in restarts}
+    finally:
+        stop.set()
+        sampler.join()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            result_code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            result_code = None
+    result["exit_code_after_sigterm"] = result_code
+    rss = [mb for _, mb in samples]
+    result["memory_mb"] = {"start": rss[0] if rss else None, "peak": max(rss) if rss else None,
+                           "end": rss[-1] if rss else None, "samples": samples[:: max(1, len(samples) // 40)]}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; write the JSON and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=1536)
+    parser.add_argument("--workers", type=int, default=2, help="workers per kind, in process and served")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--rows-per-request", type=int, default=8)
+    parser.add_argument("--shares", default="math=0.6,tools=0.3,code=0.1")
+    parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "serve_bench.json"))
+    args = parser.parse_args(argv)
+    shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
+    rows = mixed_rows(args.items, shares)
+    in_flight = args.clients * args.rows_per_request
+    report: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
+        "config": {"items": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
+                   "clients": args.clients, "rows_per_request": args.rows_per_request},
+    }
+    print("in process (kinds in parallel threads) ...", flush=True)
+    report["in_process_parallel"] = in_process(rows, args.workers, parallel=True)
+    print("in process (kinds one after another) ...", flush=True)
+    report["in_process_sequential"] = in_process(rows, args.workers, parallel=False)
+    print(f"served, {args.clients} clients, one pool worker killed mid-load ...", flush=True)
+    report["served"] = served(rows, args, max_queue=4 * in_flight, kill=True)
+    print(f"served at 2x capacity (queue {in_flight // 2} items, {in_flight} in flight) ...", flush=True)
+    report["overload_2x"] = served(rows, args, max_queue=in_flight // 2, kill=False)
+    base = report["in_process_parallel"]["items_per_s"]
+    report["served_over_in_process"] = round(report["served"]["items_per_s"] / base, 3)
+    report["served_over_in_process_sequential"] = round(
+        report["served"]["items_per_s"] / report["in_process_sequential"]["items_per_s"], 3)
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    s, o = report["served"], report["overload_2x"]
+    print("\n| run | items/s | p50 s | p99 s | p99/p50 | lost | dup | HTTP codes | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, key in (("in process, kinds in threads", "in_process_parallel"),
+                      ("in process, kinds in turn", "in_process_sequential")):
+        print(f"| {name} | {report[key]['items_per_s']} | | | | | | | |")
+    for name, r in (("served (1 worker killed)", s), ("served, 2x capacity", o)):
+        print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
+              f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
+    print(f"\nserved / in process (threads): {report['served_over_in_process']}; "
+          f"served / in process (in turn): {report['served_over_in_process_sequential']}")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

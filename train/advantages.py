@@ -12,6 +12,8 @@ import torch
 
 from veristep import gating
 
+from .distributed import DistInfo, all_reduce, gather_padded
+
 #: Outcome-only methods and the `veristep.gating.outcome_advantages` method each uses.
 OUTCOME_METHOD = {"grpo": "grpo", "dapo": "grpo", "dr_grpo": "dr_grpo", "sign": "sign",
                   "wapo": "wapo", "avspo": "avspo"}
@@ -54,7 +56,8 @@ def prm_groups(cfg: Any, rewards: torch.Tensor, judged: torch.Tensor | None = No
 
 def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
                        steps: Any | None = None, keep: torch.Tensor | None = None,
-                       judged: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                       judged: torch.Tensor | None = None,
+                       info: DistInfo | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Token advantages `[N, G, T]` and metrics for `cfg.advantage`.
 
     `rewards` `[N, G]`; `token_mask` `[N, G, T]` (1 on completion tokens); `steps` is the
@@ -62,7 +65,10 @@ def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor
     the advantages of the completions left out of the loss (e.g. truncated ones). `judged`
     `[N, G]` bool: an unjudged completion (a checker time-out, a sandbox error, a bad reference)
     has no reward, not a zero one: its group's advantages are those of its judged completions
-    alone (the same estimator on the smaller group), and it gets none.
+    alone (the same estimator on the smaller group), and it gets none. The metrics are over
+    the groups of every rank under `info`, except the gate's batch monitors (`gate/acr`,
+    `gate/gated_groups`, `gate/steps_per_gated_response`, ...): the trainer's monitors, which
+    measure them over every rank, replace them.
     """
     adv, metrics = _token_advantages(cfg, rewards, token_mask, steps)
     for g in partly_judged(judged):
@@ -77,12 +83,19 @@ def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor
         adv = adv * keep.unsqueeze(-1).to(adv.dtype)
     if judged is not None:
         adv = adv * judged.unsqueeze(-1).to(adv.dtype)
-    real = token_mask.sum().clamp(min=1)
+    info = info or DistInfo()
+    if "gate/prm_flat_groups" in metrics:
+        metrics["gate/prm_flat_groups"] = int(all_reduce(float(metrics["gate/prm_flat_groups"]), info))
+    # One all-reduce of the sums; in one process they stay float32, as the ratios always were.
+    nonzero, abs_sum, real = all_reduce(torch.stack(
+        [((adv != 0).float() * token_mask).sum(), adv.abs().sum(), token_mask.sum()]), info)
+    real = real.clamp(min=1)
     # Coverage, not signal: any PRM (even one that scores every step 0.5) makes the gated groups'
     # tokens non-zero (docs/trainer.md, "What adv/nonzero_frac does and does not say").
-    metrics["adv/nonzero_frac"] = float(((adv != 0).float() * token_mask).sum() / real)
-    metrics["adv/abs_mean"] = float(adv.abs().sum() / real)
+    metrics["adv/nonzero_frac"] = float(nonzero / real)
+    metrics["adv/abs_mean"] = float(abs_sum / real)
     return adv, metrics
+
 
 
 def _token_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,
@@ -119,20 +132,22 @@ CREDIT_METRICS = ("gate/first_error_blamed", "gate/first_error_responses", "cred
 
 def oracle_credit_metrics(cfg: Any, oracle: Any, tokenizer: Any, problem_texts: list[str],
                           completion_ids: list[list[int]], texts: list[str], rewards: torch.Tensor,
-                          adv: torch.Tensor) -> dict[str, float | None]:
+                          adv: torch.Tensor, info: DistInfo | None = None) -> dict[str, float | None]:
     """Which steps of the gate's groups the advantages `adv` [N, G, T] blame, by oracle labels.
 
     Measured on the groups `veristep.gating.gate_mask` selects with this run's gate options
     (for every method, so GRPO's zeros and a placebo's noise are measured too), with exact
     step labels from `oracle` (`veristep.prm.oracle.OracleScorer`), whatever scorer drove the
-    advantages.
+    advantages. Under `info` the labelled tensors of every rank are gathered (padded to the
+    longest completion and step count) and measured as one batch, as one process would.
     """
-    from veristep.train.rewards import prm_step_tensors
+    from .rewards import prm_step_tensors
 
     n, G, T = adv.shape
     groups = [int(g) for g in torch.nonzero(gating.gate_mask(rewards, **gate_options(cfg))).flatten()]
-    if not groups:
-        return {k: (0 if k == "gate/first_error_responses" else None) for k in CREDIT_METRICS}
+    info = info or DistInfo()
+    if not groups and not info.enabled:
+        return _no_credit()
     st = prm_step_tensors(oracle, tokenizer, problem_texts, completion_ids, texts, G, T, groups)
     is_answer = torch.zeros_like(st.step_mask)
     for g in groups:
@@ -141,4 +156,15 @@ def oracle_credit_metrics(cfg: Any, oracle: Any, tokenizer: Any, problem_texts: 
             is_answer[g, j, : len(flags)] = torch.tensor(flags, dtype=torch.bool)
     rows = torch.zeros(n, G, dtype=torch.bool)
     rows[groups] = True
-    return gating.credit_diagnostics(adv, st.token_step, st.step_scores > 0.5, is_answer, st.step_mask, rows)
+    parts = [adv, st.token_step, st.step_scores > 0.5, is_answer, st.step_mask, rows]
+    if info.enabled:
+        fills = [0.0, -1, False, False, False, False]
+        parts = [gather_padded(t, info, fill) for t, fill in zip(parts, fills, strict=True)]
+        if not bool(parts[-1].any()):
+            return _no_credit()
+    return gating.credit_diagnostics(*parts)
+
+
+def _no_credit() -> dict[str, float | None]:
+    """The credit diagnostic of a step whose gate selected no group."""
+    return {k: (0 if k == "gate/first_error_responses" else None) for k in CREDIT_METRICS}

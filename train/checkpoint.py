@@ -21,6 +21,7 @@ from veristep.train.distributed import DistInfo, gather_objects, unwrap
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 COMPLETE = "COMPLETE"
+_REPLACED = ".replaced-"  # prefix of a checkpoint being replaced by a re-save of its step
 
 
 def rng_state() -> dict[str, Any]:
@@ -70,9 +71,7 @@ def save_checkpoint(output_dir: str | Path, step: int, model: torch.nn.Module,
                     "scheduler": scheduler.state_dict() if scheduler is not None else None,
                     "rng": rngs, "world_size": info.world_size, **state}, tmp / "trainer.pt")
         (tmp / COMPLETE).write_text(str(step))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        _move_into_place(tmp, final)
         latest_tmp = root / "latest.tmp"
         latest_tmp.write_text(final.name)
         os.replace(latest_tmp, root / "latest")
@@ -82,7 +81,27 @@ def save_checkpoint(output_dir: str | Path, step: int, model: torch.nn.Module,
     return final
 
 
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename a finished checkpoint to `final`; an existing one there is removed only after.
+
+    A directory cannot replace a non-empty one in one rename, so the old one is first renamed
+    aside (`.replaced-step-N`); a crash between the two renames leaves it complete there, where
+    `latest_checkpoint` still finds it. It is deleted once the new one has landed.
+    """
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    aside = final.with_name(f"{_REPLACED}{final.name}")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(final, aside)
+    os.replace(tmp, final)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def _prune(root: Path, keep: int) -> None:
+    for aside in root.iterdir():  # an interrupted re-save's old copy, once its step is back
+        if aside.name.startswith(_REPLACED) and (root / aside.name[len(_REPLACED):] / COMPLETE).exists():
+            shutil.rmtree(aside, ignore_errors=True)
     done = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / COMPLETE).exists())
     for old in done[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -99,6 +118,11 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
         if (candidate / COMPLETE).exists():
             return candidate
     done = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / COMPLETE).exists())
+    # A re-save interrupted between its two renames left the old copy aside: still a checkpoint.
+    aside = [p for p in root.iterdir() if p.name.startswith(_REPLACED)
+             and _STEP_DIR.match(p.name[len(_REPLACED):]) and (p / COMPLETE).exists()
+             and not (root / p.name[len(_REPLACED):] / COMPLETE).exists()]
+    done = sorted(done + aside, key=lambda p: int(_STEP_DIR.match(p.name.removeprefix(_REPLACED)).group(1)))
     return done[-1] if done else None
 
 

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from veristep.train.gated_grpo import print_summary, train
+    from veristep.train.gated_grpo import train
+    from veristep.train.summary import print_summary
 
     try:
         cfg = config_from_namespace(args)

@@ -56,25 +56,6 @@ def setup(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world, local, dev)
 
 
-def check_mini_batches(groups_per_rank: int, mini_batches: int, world_size: int) -> None:
-    """Raise ValueError unless every rank runs the same number of forward passes per mini-batch.
-
-    Mini-batch k is the set of global groups g with g % mini_batches == k. Each rank holds a
-    contiguous block of `groups_per_rank` groups, so all ranks hold equally many groups of every
-    mini-batch exactly when `groups_per_rank` divides by `mini_batches` (or there is one rank).
-    Otherwise one rank runs a forward pass another does not, and FSDP2's all-gathers hang.
-    """
-    if groups_per_rank < mini_batches:
-        raise ValueError(f"mini_batches={mini_batches}: each process holds only {groups_per_rank} "
-                         "groups per step")
-    if world_size > 1 and groups_per_rank % mini_batches:
-        raise ValueError(
-            f"mini_batches={mini_batches}: each of the {world_size} processes holds "
-            f"{groups_per_rank} groups per step, which do not split evenly into {mini_batches} "
-            "mini-batches, so processes would run different numbers of forward passes (FSDP2 "
-            "hangs); choose a mini_batches that divides prompts_per_step / processes")
-
-
 def mini_batch_rows(group_of_row: torch.Tensor, mini_batches: int, index: int) -> torch.Tensor:
     """Rows (of a rank's batch) in mini-batch `index`: those whose global group % mini_batches == index."""
     return torch.nonzero(group_of_row % mini_batches == index).flatten()
@@ -132,6 +113,19 @@ def gather_rows(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
     parts = [None] * info.world_size
     dist.all_gather_object(parts, t.detach().cpu())
     return torch.cat(parts)
+
+
+def gather_padded(t: torch.Tensor, info: DistInfo, fill: float | bool = 0) -> torch.Tensor:
+    """`gather_rows` of tensors whose later dimensions differ by rank: each is first padded with
+    `fill` to the largest size over ranks (one all-reduce of the shapes)."""
+    if not info.enabled:
+        return t
+    sizes = [int(s) for s in all_reduce(torch.tensor(t.shape[1:], dtype=torch.float64), info, op="max")]
+    if list(t.shape[1:]) != sizes:
+        padded = torch.full((t.shape[0], *sizes), fill, dtype=t.dtype)
+        padded[tuple(slice(0, s) for s in t.shape)] = t.cpu()
+        t = padded
+    return gather_rows(t, info)
 
 
 def gather_objects(obj: Any, info: DistInfo) -> list[Any]:

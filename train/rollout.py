@@ -124,7 +124,8 @@ class HFRolloutEngine:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
                  device: torch.device, synced: bool = False, batch_size: int = 0,
-                 per_prompt_seeds: bool = False, dtype: torch.dtype = torch.float32) -> None:
+                 per_prompt_seeds: bool = False, dtype: torch.dtype = torch.float32,
+                 eos: set[int] | None = None) -> None:
         self.model = model  # the unwrapped module (DDP/FSDP wrappers are the trainer's business)
         self.tokenizer = tokenizer
         self.sampling = sampling
@@ -136,7 +137,7 @@ class HFRolloutEngine:
         # batch composition or the world size (slower; for reproducibility checks).
         self.per_prompt_seeds = per_prompt_seeds
         self.dtype = dtype  # compute dtype of the forward passes (the weights may be float32)
-        self.eos = eos_token_ids(tokenizer, model)
+        self.eos = set(eos) if eos else eos_token_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
 
     @torch.no_grad()
@@ -216,7 +217,8 @@ class VLLMRolloutEngine:
 
     def __init__(self, model_path: str, tokenizer: Any, sampling: SamplingConfig, dtype: str,
                  seed: int, max_model_len: int, gpu_memory_utilization: float = 0.3,
-                 sleep_mode: bool = False, tokenizer_path: str | None = None) -> None:
+                 sleep_mode: bool = False, tokenizer_path: str | None = None,
+                 eos: set[int] | None = None) -> None:
         # In-process engine core: weight pushes are plain in-memory copies, no IPC.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -226,7 +228,9 @@ class VLLMRolloutEngine:
         self.sampling = sampling
         self.sleep_mode = sleep_mode
         self._sleeping = False
-        self.eos = eos_token_ids(tokenizer)
+        # The caller passes the trainer's set (tokenizer EOS + the model's generation EOS), so
+        # both engines stop on the same tokens; alone, only the tokenizer's is known here.
+        self.eos = set(eos) if eos else eos_token_ids(tokenizer)
         kwargs: dict[str, Any] = dict(
             model=model_path,
             tokenizer=tokenizer_path or model_path,
@@ -323,19 +327,20 @@ def _full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, model_path: str,
                  device: torch.device, distributed: bool) -> RolloutEngine:
-    """Build the rollout engine that `cfg.rollout` names."""
+    """Build the rollout engine that `cfg.rollout` names; both stop on `eos_token_ids(tokenizer, model)`."""
+    eos = eos_token_ids(tokenizer, model)
     sampling = SamplingConfig(cfg.max_completion_len, cfg.temperature, cfg.top_p)
     dtype = resolve_dtype(cfg.dtype, device)  # the compute dtype; the trainer's weights stay float32
     if cfg.rollout == "hf":
         return HFRolloutEngine(model, tokenizer, sampling, device, synced=distributed and cfg.fsdp,
                                batch_size=cfg.rollout_batch_prompts,
-                               per_prompt_seeds=cfg.reproducible_rollouts, dtype=dtype)
+                               per_prompt_seeds=cfg.reproducible_rollouts, dtype=dtype, eos=eos)
     if cfg.rollout == "vllm":
         return VLLMRolloutEngine(
             model_path, tokenizer, sampling, dtype=str(dtype).replace("torch.", ""), seed=cfg.seed,
             max_model_len=cfg.vllm_max_model_len or (cfg.max_prompt_len + cfg.max_completion_len),
             gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, sleep_mode=cfg.vllm_sleep_mode,
-            tokenizer_path=cfg.tokenizer,
+            tokenizer_path=cfg.tokenizer, eos=eos,
         )
     raise ValueError(f"rollout={cfg.rollout!r}: choose hf or vllm")
 

@@ -9,15 +9,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: The fixed metric names every step line carries (documented in docs/trainer.md, `## Metrics`).
+#: Every metric name a step line can carry; each line carries all of them, `null` where a metric
+#: was not measured at that step (documented in docs/trainer.md, `## Metrics`). Each is measured
+#: over every process's groups, so it does not depend on the number of processes.
 STEP_METRICS: tuple[str, ...] = (
+    # the gate and the PRM
     "gate/acr", "gate/all_wrong_rate", "gate/all_correct_rate", "gate/gated_groups",
-    "gate/mc_rollouts", "gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
-    "credit/adv_after_error", "credit/adv_answer",
-    "adv/nonzero_frac", "reward/mean", "reward/std", "reward/unjudged_frac", "loss/policy", "loss/kl",
-    "loss/clip_frac_low", "loss/clip_frac_high", "policy/entropy", "completion/len_mean",
-    "completion/truncated_frac", "difficulty/easy", "difficulty/frontier", "difficulty/hard", "eval/pass@1",
-    "eval/pass@1_se", "eval/pass@G", "eval/greedy", "eval/greedy_se", "time/rollout_s", "time/reward_s", "time/prm_s", "time/train_s",
+    "gate/prm_completions", "gate/steps_per_gated_response", "gate/prm_flat_groups", "gate/mc_rollouts",
+    "prm/nan_steps",
+    # the credit diagnostic (oracle step labels, built-in task)
+    "gate/first_error_blamed", "gate/first_error_responses", "credit/adv_on_track",
+    "credit/adv_first_error", "credit/adv_after_error", "credit/adv_answer",
+    # advantages and rewards
+    "adv/nonzero_frac", "adv/abs_mean", "reward/mean", "reward/std", "reward/correct_frac",
+    "reward/unjudged_frac",
+    # the update
+    "loss/policy", "loss/kl", "loss/clip_frac_low", "loss/clip_frac_high", "loss/ratio_dev",
+    "policy/entropy", "rollout/logprob_mismatch", "train/grad_norm", "train/updates",
+    "train/skipped_updates", "train/lr", "train/rollouts_total",
+    # the batch
+    "completion/len_mean", "completion/truncated_frac", "difficulty/easy", "difficulty/frontier",
+    "difficulty/hard", "dapo/rounds", "dapo/extra_rollouts", "dapo/kept_informative",
+    # held-out evaluation (eval/pass@G: deprecated name of eval/pass@k)
+    "eval/pass@1", "eval/pass@1_se", "eval/pass@k", "eval/k", "eval/pass@G", "eval/greedy",
+    "eval/greedy_se", "eval/unjudged_frac",
+    # time (the slowest process's)
+    "time/rollout_s", "time/reward_s", "time/prm_s", "time/train_s", "time/eval_s", "time/step_s",
     "throughput/tokens_per_s",
 )
 
@@ -104,14 +121,20 @@ class MetricsLogger:
             print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        """Flush and close every sink."""
-        if not self.enabled:
+        """Flush and close every sink (again: nothing)."""
+        if not self.enabled or self._fh.closed:
             return
         self._fh.close()
         if self._tb is not None:
             self._tb.close()
         if self._bar is not None:
             self._bar.close()
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def format_metrics(record: dict[str, Any], keys: tuple[str, ...]) -> str:

@@ -9,8 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from veristep.train.config import ConfigError, make_config
-from veristep.train.distributed import check_mini_batches, mini_batch_rows
+from veristep.train.distributed import DistInfo, mini_batch_rows
 from veristep.train.gated_grpo import train
+from veristep.train.lockstep import check_training
 from veristep.train.placebo import permute_step_scores, placebo_generator, shuffle_within_groups
 from veristep.train.tracking import read_metrics
 
@@ -81,12 +82,12 @@ def test_unbalanced_mini_batches_are_refused(per_rank, mini_batches, world):
     assert counts[0] != counts[1]
     # ... so the set-up refuses them, naming the field
     with pytest.raises(ValueError, match="mini_batches"):
-        check_mini_batches(per_rank, mini_batches, world)
+        check_training(per_rank * world, mini_batches, DistInfo(world_size=world))
 
 
 @pytest.mark.parametrize(("per_rank", "mini_batches", "world"), [(4, 2, 2), (6, 3, 2), (3, 2, 1)])
 def test_balanced_mini_batches_are_accepted(per_rank, mini_batches, world):
-    check_mini_batches(per_rank, mini_batches, world)
+    check_training(per_rank * world, mini_batches, DistInfo(world_size=world))
     counts = {tuple(len(mini_batch_rows(torch.arange(r * per_rank, (r + 1) * per_rank), mini_batches, k))
                     for k in range(mini_batches)) for r in range(world)}
     assert len(counts) == 1

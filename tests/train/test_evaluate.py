@@ -18,6 +18,7 @@ from veristep.train.evaluate import (
     paired_difference,
     pass_at_k,
 )
+from veristep.train.rewards import OutcomeRewards
 from veristep.train.rollout import HFRolloutEngine, SamplingConfig
 
 # Four prompts, k = 4 samples each.
@@ -104,13 +105,17 @@ def test_generation_leaves_the_global_random_stream_alone(engine_and_prompts):
 
 
 class _FirstCharIsDigit:
-    """A real scorer of the engine's texts: correct when the completion starts with a digit."""
+    """A real scorer of the engine's texts: correct when the completion starts with a digit;
+    with `unjudged`, no verdict on a completion that starts with that character."""
+
+    def __init__(self, unjudged: str | None = None) -> None:
+        self.unjudged = unjudged
 
     def score(self, texts, refs):
-        class R:
-            correct = torch.tensor([bool(t[:1].isdigit()) for t in texts])
-
-        return R()
+        judged = [not (self.unjudged and t.startswith(self.unjudged)) for t in texts]
+        return OutcomeRewards(torch.zeros(len(texts)),
+                              torch.tensor([bool(t[:1].isdigit()) and j for t, j in zip(texts, judged, strict=True)]),
+                              torch.tensor(judged), ["?"] * len(texts))
 
 
 def test_before_and_after_evaluations_of_an_unchanged_model_pair_exactly(engine_and_prompts):
@@ -133,3 +138,33 @@ def test_compare_command_pairs_a_model_with_itself_exactly(tiny_model_dir, capsy
     assert "6 prompts x 4 samples" in out
     assert "after - before: pass@1 +0.0 +- 0.0 paired" in out  # same seeds, same model: no noise
     assert "after, other seeds - before" in out
+
+
+def test_unjudged_completions_are_left_out_of_the_accuracies_and_counted():
+    # prompt 2 has no judged sample; prompt 1 two of four; one greedy completion unjudged
+    before = EvalResult(4, [4, 1, 0, 0], [1, 0, 0, 0], judged=[4, 2, 0, 4], greedy_judged=[1, 1, 0, 1])
+    m = before.metrics(group_size=4)
+    assert m["eval/pass@1"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)  # prompt 2 left out
+    assert m["eval/unjudged_frac"] == pytest.approx((6 + 1) / (16 + 4))
+    # pass@k from the judged samples: prompt 1 has 2 judged, so its k is 2 -> 1 - C(1,2)/C(2,2) = 1
+    assert m["eval/pass@k"] == m["eval/pass@G"] == pytest.approx((1.0 + 1.0 + 0.0) / 3) and m["eval/k"] == 4
+    assert m["eval/greedy"] == pytest.approx(1 / 3)
+    assert EvalResult.from_state(before.to_state()) == before
+    # a prompt pairs only if both evaluations judged it: prompts 0, 1, 3 -> differences 0, 0, .5
+    after = EvalResult(4, [4, 2, 1, 2], [1, 1, 1, 0], judged=[4, 4, 4, 4])
+    assert compare(before, after)["pass@1"].mean == pytest.approx(0.5 / 3)
+    # every completion judged: the same numbers as before unjudged results were counted
+    full = EvalResult(4, BEFORE, [1, 1, 0, 0])
+    assert full.metrics(4)["eval/unjudged_frac"] == 0.0
+    assert EvalResult.from_state({"samples": 4, "correct": BEFORE, "greedy": None}).judged is None
+
+
+def test_evaluate_counts_what_the_verifier_could_not_judge(engine_and_prompts):
+    engine, prompts = engine_and_prompts
+    texts = engine.generate(prompts, 4, eval_seeds(0, range(len(prompts)))).texts
+    mark = texts[0][:1]  # at least the first completion goes unjudged
+    result = evaluate(engine, prompts, [[None]] * len(prompts), _FirstCharIsDigit(unjudged=mark), 4, seed=0,
+                      info=DistInfo(), greedy=False)
+    expected = [sum(not t.startswith(mark) for t in texts[4 * i: 4 * i + 4]) for i in range(len(prompts))]
+    assert result.judged == expected and result.judged[0] < 4
+    assert result.metrics(4)["eval/unjudged_frac"] == pytest.approx(1 - sum(expected) / (4 * len(prompts)))

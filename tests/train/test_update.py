@@ -10,10 +10,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from veristep.train.advantages import compute_advantages, prm_groups, winner_groups
 from veristep.train.config import make_config
 from veristep.train.distributed import DistInfo
-from veristep.train.gated_grpo import optimise_policy
 from veristep.train.logprobs import collate
 from veristep.train.rewards import prm_step_tensors
 from veristep.train.rollout import Rollouts
+from veristep.train.update import optimise_policy
 
 # Two all-wrong completions of one prompt whose steps are partly right: the rule PRM scores
 # them differently step by step, so VeriGate has signal where GRPO has none.

@@ -77,3 +77,46 @@ class ContainsMarkVerifier(FirstCharVerifier):
         """Judge one completion."""
         ok = self.MARK in completion
         return VerifyResult(float(ok), ok, Status.CORRECT if ok else Status.WRONG)
+
+
+class FailsLaterVerifier(FirstCharVerifier):
+    """First-character rule until its FAIL_AT-th batch, which raises; `close` leaves a mark.
+
+    Set VERISTEP_TEST_CLOSED to a file path: `close` writes it, so a test can see that the
+    trainer stopped the verifiers' workers on the way out of a failed run.
+    """
+
+    kind = "fails_later"
+    FAIL_AT = 3
+
+    def __init__(self, workers: int | None = None) -> None:
+        super().__init__(workers)
+        self.calls = 0
+
+    def verify_batch(self, completions: Sequence[str], references: Sequence[Any]) -> list[VerifyResult]:
+        """Judge many completions, or raise on the FAIL_AT-th call."""
+        self.calls += 1
+        if self.calls == self.FAIL_AT:
+            raise RuntimeError("verifier failed on purpose")
+        return super().verify_batch(completions, references)
+
+    def close(self) -> None:
+        """Record that the trainer closed this verifier."""
+        import os
+
+        path = os.environ.get("VERISTEP_TEST_CLOSED")
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("closed\n")
+
+
+class FirstCharHalfVerifier(FirstCharVerifier):
+    """Reward 1 when the completion starts with one of about half the tiny tokenizer's common
+    characters, whatever the reference: mixed and all-wrong groups on any data set."""
+
+    kind = "first_char_half"
+    HALF = "abcdefghijklmnopqrstuvwxyz0123456789 \n\t.,;:!?+-*/=()[]{}<>'\"#$%&@^_`|~"
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Judge one completion."""
+        return super().verify(completion, self.HALF)

@@ -85,8 +85,12 @@ def in_process(rows: dict[str, list[dict[str, Any]]], workers: int, parallel: bo
     statuses: dict[str, int] = {}
     lock = threading.Lock()
 
+    per_kind: dict[str, float] = {}
+
     def run(kind: str) -> None:
+        t0 = time.perf_counter()
         results = verifiers[kind].verify_batch(*prepared[kind])
+        per_kind[kind] = round(time.perf_counter() - t0, 3)
         with lock:
             for r in results:
                 statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
@@ -105,7 +109,8 @@ def in_process(rows: dict[str, list[dict[str, Any]]], workers: int, parallel: bo
     for v in verifiers.values():
         v.close()
     n = sum(len(r) for r in rows.values())
-    return {"items": n, "wall_s": round(wall, 3), "items_per_s": round(n / wall, 1), "statuses": statuses}
+    return {"items": n, "wall_s": round(wall, 3), "items_per_s": round(n / wall, 1), "statuses": statuses,
+            "wall_s_per_kind": per_kind}
 
 
 def start_server(workers: int, max_queue: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
@@ -177,11 +182,54 @@ def _kill_a_pool_worker(server_pid: int) -> int | None:
     return None
 
 
+class _Connection:
+    """One keep-alive HTTP/1.1 connection (asyncio streams): a load generator light enough that
+    the machine's cores go to the server, not to the client library."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
+        """POST JSON; (status, headers, body); reconnects once if the server closed the connection."""
+        data = json.dumps(body).encode()
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n").encode()
+        for attempt in range(2):
+            if self.writer is None:
+                self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            try:
+                self.writer.write(head + data)
+                status_line = await self.reader.readline()
+                if not status_line:
+                    raise ConnectionResetError("closed")
+                headers: dict[str, str] = {}
+                while True:
+                    line = await self.reader.readline()
+                    if line in (b"\r\n", b""):
+                        break
+                    key, _, value = line.decode("latin-1").partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                payload = await self.reader.readexactly(int(headers.get("content-length", "0")))
+                return int(status_line.split()[1]), headers, payload
+            except (ConnectionError, asyncio.IncompleteReadError):
+                self.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Drop the connection."""
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
 async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, per_request: int,
                kill_pid: int | None = None, retry_429: bool = True) -> dict[str, Any]:
     """`clients` concurrent clients post every row once; latency, throughput, lost/duplicated ids."""
-    import httpx
-
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
     requests: list[tuple[str, list[dict[str, Any]]]] = []
     for kind, kind_rows in rows.items():
         for lo in range(0, len(kind_rows), per_request):
@@ -192,15 +240,16 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
     for req in requests:
         queue.put_nowait(req)
     latencies: list[float] = []
+    by_kind: dict[str, list[float]] = {kind: [] for kind in rows}
     seen: dict[int, int] = {}
     statuses: dict[str, int] = {}
     codes: dict[int, int] = {}
     killed: list[int] = []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     total = sum(len(r) for _, r in requests)
 
-    async with httpx.AsyncClient(limits=limits, timeout=600) as http:
-        async def client() -> None:
+    async def client() -> None:
+        conn = _Connection(host, int(port))
+        try:
             while True:
                 try:
                     kind, batch = queue.get_nowait()
@@ -208,16 +257,17 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
                     return
                 start = time.perf_counter()
                 while True:
-                    r = await http.post(f"{url}/v1/verify/{kind}", json={"rows": batch})
-                    codes[r.status_code] = codes.get(r.status_code, 0) + 1
-                    if r.status_code == 429 and retry_429:
-                        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                    code, headers, payload = await conn.post(f"/v1/verify/{kind}", {"rows": batch})
+                    codes[code] = codes.get(code, 0) + 1
+                    if code == 429 and retry_429:
+                        await asyncio.sleep(float(headers.get("retry-after", "1")))
                         continue
                     break
                 latencies.append(time.perf_counter() - start)
-                if r.status_code != 200:
+                by_kind[kind].append(latencies[-1])
+                if code != 200:
                     continue
-                for row in r.json()["rows"]:
+                for row in json.loads(payload)["rows"]:
                     seen[row["bench_id"]] = seen.get(row["bench_id"], 0) + 1
                     status = row["veristep"]["status"]
                     statuses[status] = statuses.get(status, 0) + 1
@@ -225,14 +275,14 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
                     pid = _kill_a_pool_worker(kill_pid)
                     if pid:
                         killed.append(pid)
+        finally:
+            conn.close()
 
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        wall = time.perf_counter() - start
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    wall = time.perf_counter() - start
     sent = {row["bench_id"] for _, batch in requests for row in batch}
-    lat = sorted(latencies)
-    p50 = statistics.median(lat)
-    p99 = lat[min(len(lat) - 1, int(round(0.99 * (len(lat) - 1))))]
+    p50, p99 = _percentiles(latencies)
     return {
         "items": total, "requests": len(requests), "wall_s": round(wall, 3),
         "items_per_s": round(total / wall, 1),
@@ -240,7 +290,15 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
         "lost": len(sent - set(seen)), "duplicated": sum(1 for n in seen.values() if n > 1),
         "http_codes": {str(k): v for k, v in sorted(codes.items())}, "statuses": statuses,
         "worker_killed": killed[0] if killed else None,
+        "latency_by_kind": {kind: dict(zip(("p50_s", "p99_s"), map(lambda x: round(x, 3), _percentiles(v)),
+                                           strict=True)) for kind, v in by_kind.items() if v},
     }
+
+
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    """Median and 99th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
 
 
 def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_queue: int, kill: bool,
@@ -248,7 +306,7 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
     """Run the load against a fresh server; stop it with SIGTERM; memory samples included."""
     import httpx
 
-    proc, url = start_server(args.workers, max_queue, [])
+    proc, url = start_server(args.workers, max_queue, ["--lanes", str(args.lanes)] if args.lanes else [])
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
 
@@ -290,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="workers per kind, in process and served")
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--rows-per-request", type=int, default=8)
+    parser.add_argument("--lanes", type=int, default=None, help="server --lanes (default: its own)")
     parser.add_argument("--shares", default="math=0.6,tools=0.3,code=0.1")
     parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "serve_bench.json"))
     args = parser.parse_args(argv)
@@ -300,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
         "config": {"items": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
-                   "clients": args.clients, "rows_per_request": args.rows_per_request},
+                   "clients": args.clients, "rows_per_request": args.rows_per_request, "lanes": args.lanes},
     }
     print("in process (kinds in parallel threads) ...", flush=True)
     report["in_process_parallel"] = in_process(rows, args.workers, parallel=True)
@@ -324,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in (("served (1 worker killed)", s), ("served, 2x capacity", o)):
         print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
               f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
+    for name, r in (("served", s), ("2x capacity", o)):
+        print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "
+              f"exit code after SIGTERM {r['exit_code_after_sigterm']}")
+    print(f"in process, wall s per kind: {report['in_process_parallel']['wall_s_per_kind']}")
     print(f"\nserved / in process (threads): {report['served_over_in_process']}; "
           f"served / in process (in turn): {report['served_over_in_process_sequential']}")
     print(f"wrote {args.output}")

@@ -80,20 +80,25 @@ def reference_from_label(verifier: Verifier, label: Any) -> Any:
     """The reference a label (slime's `label`, OpenRLHF's `labels[i]`) stands for.
 
     A JSON object (or its text) is read as a record by the verifier's own parser (so a code
-    label is `{"tests": [...]}` and a tools label `{"tools": ..., "expected": ...}`); any other
-    value is the reference itself (a math answer). A record the parser refuses gives a
-    `_BadReference`, which scores as `bad_reference`.
+    label is `{"tests": [...]}` and a tools label `{"tools": ..., "expected": ...}`). Any other
+    label is read as the record `{"answer": label}` (a math answer, a number included); a kind
+    that reads no "answer" gets the label itself (JSON text decoded: a tools label may be the
+    list of expected calls). A label the parser refuses gives a `_BadReference`, which scores
+    as `bad_reference`.
     """
     value = label
-    if isinstance(label, str) and label.lstrip().startswith("{"):
+    if isinstance(label, str) and label.lstrip()[:1] in ("{", "["):
         try:
             value = json.loads(label)
         except (ValueError, RecursionError):
             value = label  # not JSON after all: the text itself is the reference
-    if not isinstance(value, Mapping):
-        return value
     try:
-        return verifier.reference_from_record(dict(value))
+        if isinstance(value, Mapping):
+            return verifier.reference_from_record(dict(value))
+        try:
+            return verifier.reference_from_record({"answer": label})
+        except KeyError:
+            return value
     except KeyError as err:
         return _BadReference(f"the label has no {err.args[0] if err.args else '?'!r}")
     except (TypeError, ValueError, RecursionError) as err:

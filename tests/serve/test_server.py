@@ -55,14 +55,15 @@ def test_native_rows_are_what_veristep_verify_writes(server, tmp_path: Path):
     assert statuses == ["correct", "correct", "wrong", "no_answer", "bad_reference", "bad_reference",
                         "input_error", "correct"]
     # the JSONL form: a file's lines as they are, bad lines included, answered line for line
-    lines = [json.dumps(row) for row in MATH_ROWS[:3]] + ["{not json", json.dumps(MATH_ROWS[3])]
+    lines = [json.dumps(row) for row in MATH_ROWS[:3]] + ["", "{not json", json.dumps(MATH_ROWS[3])]
     expected = _cli_rows(tmp_path, "math", lines, "--workers", "1")
     r = httpx.post(server.url + "/v1/verify/math", content="\n".join(lines) + "\n",
                    headers={"content-type": "application/x-ndjson"}, timeout=120)
     assert r.status_code == 200, r.text
     _stamped(r)
     assert [json.loads(line) for line in r.text.splitlines()] == expected
-    assert json.loads(r.text.splitlines()[3])["veristep"]["status"] == "input_error"
+    bad = json.loads(r.text.splitlines()[3])["veristep"]
+    assert bad["status"] == "input_error" and bad["line"] == 5  # numbered as the CLI numbers lines
 
 
 def test_code_and_tools_kinds(server, test_data_dir: Path):
@@ -103,6 +104,14 @@ def test_openrlhf_get_reward_with_openrlhfs_own_client(server):
     r = httpx.post(server.url + "/get_reward", json={"query": ["x \\boxed{1}"], "prompts": ["x"],
                                                      "labels": [None], "unjudged_reward": -1}, timeout=60)
     assert r.json()["rewards"] == [-1.0] and r.json()["extra_logs"]["veristep_judged"] == [0.0]
+    # labels of other kinds: a tools label is the expected calls (JSON text), a number is an answer
+    call = '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    r = httpx.post(server.url + "/v1/get_reward/tools", timeout=60, json={
+        "query": ["p" + call, "p" + call], "prompts": ["p", "p"],
+        "labels": ['[{"name": "f", "arguments": {"x": 1}}]', '{"expected": "not a list"}']})
+    assert r.json()["statuses"] == ["correct", "bad_reference"]
+    r = httpx.post(server.url + "/get_reward", json={"query": ["\\boxed{8}"], "labels": [8]}, timeout=60)
+    assert r.json()["rewards"] == [1.0]
 
 
 def test_slime_request_shape(server):

@@ -105,8 +105,9 @@ def create_app(service: Service) -> Starlette:
         deadline = _deadline(request)
         key = request.query_params.get("completion_key")
         if _content_type(request) == NDJSON:
-            lines = [line for line in raw.split(b"\n") if line.strip()]
-            items = service.native_items(kind, lines, key)
+            # numbered as the CLI numbers them: blank lines count, but get no output line
+            numbered = [(i, line) for i, line in enumerate(raw.split(b"\n"), start=1) if line.strip()]
+            items = service.native_items(kind, [line for _, line in numbered], key, [i for i, _ in numbered])
             async with admitted(len(items)):
                 rows = await service.native(kind, items, deadline)
             text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

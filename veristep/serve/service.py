@@ -175,12 +175,13 @@ class Service:
     # --------------------------------------------------------------- payloads
 
     def native_items(self, kind: str, rows: Sequence[Any], completion_key: str | None = None,
-                     ) -> list[Item]:
+                     line_nos: Sequence[int] | None = None) -> list[Item]:
         """CLI rows (objects, or raw JSONL lines as bytes) as the CLI's items, bad rows included."""
         _, verifier = self.verifier(kind)
         key = completion_key or self.config.completion_key
         items = []
-        for line_no, row in enumerate(rows, start=1):
+        numbers = line_nos if line_nos is not None else range(1, len(rows) + 1)
+        for line_no, row in zip(numbers, rows, strict=True):
             if isinstance(row, (bytes, bytearray)):
                 record = parse_record(line_no, bytes(row))
             elif isinstance(row, dict):

@@ -43,10 +43,18 @@ _MEMORY_MARKERS = re.compile(
     r"^MemoryError\b|std::bad_alloc|Cannot allocate memory|out of memory", re.MULTILINE
 )
 _FILE_TOO_LARGE = re.compile(r"File too large|\[Errno 27\]")
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
-_FENCE_OPEN = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
-_WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ \t]+[A-Za-z][A-Za-z'’-]*[,.;:!?]?){3,}")
+# Host-side patterns on untrusted text are unambiguous (no two ways to split a run), so they
+# are linear: `\d+\.?\d*` alone was quadratic on a long run of digits that is no number.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z")
+#: Tokens longer than this are compared as text only, never as numbers.
+NUMBER_MAX_CHARS = 1000
+_FENCE_OPEN = re.compile(r"^[ \t]{0,3}+(`{3,}+|~{3,}+)[ \t]*+([^\s`]*+)[^`]*+$")
+_BLANKS = re.compile(r"[ \t]+")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*+[,.;:!?]?")
+_WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'’-"
 _CODE_CHARS = re.compile(r"[=(){}\[\];#<>]")
+#: Longer unfenced text is not parsed as Python to tell code from prose.
+PARSE_MAX_CHARS = 50_000
 
 
 @dataclass(frozen=True)
@@ -507,17 +515,43 @@ def extract_code(completion: str, language: Language | str) -> str | None:
 def looks_like_prose(text: str, language: str) -> bool:
     """Unfenced text that is not code: it does not parse (Python), and most of its lines are
     runs of words without code punctuation."""
-    if language == "python":
+    # ast.parse holds the GIL for its whole run (about 6 s per MB): a longer text is judged by
+    # its lines alone.
+    if language == "python" and len(text) <= PARSE_MAX_CHARS:
         try:
             ast.parse(text)
             return False
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return False
-    wordy = sum(bool(_WORDS.search(line)) and not _CODE_CHARS.search(line) for line in lines)
+    wordy = sum(_has_word_run(line) and not _CODE_CHARS.search(line) for line in lines)
     return wordy * 2 >= len(lines)
+
+
+def _has_word_run(line: str) -> bool:
+    """Whether `line` holds four words in a row separated by blanks, as the regex
+    ``[A-Za-z][A-Za-z'’-]*(?:[ \t]+[A-Za-z][A-Za-z'’-]*[,.;:!?]?){3,}`` finds them, in one
+    linear pass over the blank-separated tokens (the regex is quadratic on a long word)."""
+    run: int | None = None  # tokens since a usable first word, all words in between
+    for token in _BLANKS.split(line):
+        if run is not None:
+            run += 1
+            if run >= 3 and token[:1].isascii() and token[:1].isalpha():
+                return True
+        if _WORD.fullmatch(token):
+            if run is None and _ends_in_word(token):
+                run = 0
+        else:
+            run = 0 if _ends_in_word(token) else None
+    return False
+
+
+def _ends_in_word(token: str) -> bool:
+    """Whether a first word ``[A-Za-z][A-Za-z'’-]*`` can end where `token` ends."""
+    tail = token[len(token.rstrip(_WORD_CHARS)) :]
+    return any(c.isascii() and c.isalpha() for c in tail)
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -555,12 +589,16 @@ def outputs_match(actual: str, expected: str, float_tolerance: float | None = No
         for a, b in zip(got, want, strict=True):
             if a == b:
                 continue
-            if float_tolerance is None or not (_NUMBER.match(a) and _NUMBER.match(b)):
+            if float_tolerance is None or not (_is_number(a) and _is_number(b)):
                 return False
             if not math.isclose(float(a), float(b), rel_tol=float_tolerance,
                                 abs_tol=float_tolerance):
                 return False
     return True
+
+
+def _is_number(token: str) -> bool:
+    return len(token) <= NUMBER_MAX_CHARS and _NUMBER.match(token) is not None
 
 
 def classify_step(result: StepResult) -> tuple[Status, str]:

@@ -232,4 +232,6 @@ def _is_compound(normalized: str) -> bool:
 
 def _looks_like_choice(text: str) -> bool:
     """A reference names a choice when it is a lone capital letter, optionally "(B)" or "\\text{B}"."""
-    return bool(re.fullmatch(r"\s*(?:\\text\{)?\s*\(?\s*[A-J]\s*\)?\s*\}?\s*\.?\s*", text))
+    text = text.strip()  # adjacent \s* backtrack cubically on long white space: bound it first
+    return len(text) <= 40 and bool(
+        re.fullmatch(r"(?:\\text\{)?\s*\(?\s*[A-J]\s*\)?\s*\}?\s*\.?", text))

@@ -84,7 +84,8 @@ _MAX_PARTS = 32
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b\s*")
 _DELIM_RE = re.compile(r"\\[$\\\[(]|\$\$?")
 _BRACE_RE = re.compile(r"\\\\|\\[{}]|[{}]")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+# Tags only: `<answer>(.*?)</answer>` rescans to the end from every unclosed tag (quadratic).
+_ANSWER_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
 # `#### 72` at a line start (any answer), or anywhere before a number, as verl's gsm8k scorer reads it
 _GSM8K_LINE_RE = re.compile(r"^[ \t]*####[ \t]*(\S[^\n]*)$", re.MULTILINE)
 _GSM8K_INLINE_RE = re.compile(r"####[ \t]*(-?[$]?[0-9][0-9.,]*)")
@@ -131,9 +132,12 @@ _DANGLING_WORDS = frozenset(
     "to in on for with by as at from if when where this these let get gives yields equals becomes into than "
     "must can will would should".split()
 )
-_LAST_WORD_RE = re.compile(r"[A-Za-z]+$")
+_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 # chat-template tokens a completion may end with ("<|im_start|>user", "<|eot_id|>")
-_CHAT_TOKEN_RE = re.compile(r"(?:\s*<\|[^|<>]{1,40}\|>\w{0,20})+\s*$")
+# One token, matched only in a window at the end (a repeated regex over the whole text is
+# quadratic on long whitespace runs).
+_CHAT_TOKEN_RE = re.compile(r"<\|[^|<>]{1,40}\|>\w{0,20}\Z")
+_CHAT_TOKEN_MAX = 64
 _CONNECTOR_WORDS = frozenset({"or", "and"})
 _UNIT_LIKE_RE = re.compile(r"(?i)percent(?:age)?|pct")
 # A math span that only names something: $n$, $ABCD$, $f(x)$, $\angle ABC$, $x_1$.
@@ -399,11 +403,18 @@ def _phrase_candidate(text: str, ends: list[int]) -> tuple[Extraction | None, Ex
 def _tagged_candidates(text: str) -> list[Extraction]:
     """The last <answer>...</answer> content and the last GSM8K `#### 42`."""
     found: list[Extraction] = []
-    last_tag = None
-    for m in _ANSWER_TAG_RE.finditer(text):
-        last_tag = m
+    # What `<answer>(.*?)</answer>` finds last: each opening tag is closed by the next closing one.
+    last_tag: tuple[int, int] | None = None
+    opened: int | None = None
+    if "answer>" in text.lower():
+        for m in _ANSWER_TAG_RE.finditer(text):
+            if not m.group(1):
+                if opened is None:
+                    opened = m.end()
+            elif opened is not None:
+                last_tag, opened = (opened, m.start()), None
     if last_tag is not None:
-        found.append(Extraction(last_tag.group(1), last_tag.start(1), last_tag.end(1), ExtractionMethod.ANSWER_TAG))
+        found.append(Extraction(text[last_tag[0] : last_tag[1]], last_tag[0], last_tag[1], ExtractionMethod.ANSWER_TAG))
     best: tuple[int, int] | None = None
     if "####" in text:
         for m in _GSM8K_LINE_RE.finditer(text):
@@ -599,6 +610,19 @@ def _ends_sentence(text: str, span: _Span) -> bool:
     return text[span.start : span.inner_end].rstrip().endswith((".", "!", "?"))
 
 
+def _strip_chat_tokens(text: str) -> str:
+    """`text` without the chat-template tokens it ends with ("<|im_start|>user", "<|eot_id|>"),
+    right-stripped; linear."""
+    end = len(text.rstrip())
+    while True:
+        m = _CHAT_TOKEN_RE.search(text, max(0, end - _CHAT_TOKEN_MAX), end)
+        if m is None:
+            return text[:end]
+        end = m.start()
+        while end > 0 and text[end - 1].isspace():
+            end -= 1
+
+
 def _no_marker(text: str) -> Extraction | None:
     """The answer of a text without markers: a bare answer, else the final sentence's answer."""
     stripped = text.strip()
@@ -615,9 +639,12 @@ def _no_marker(text: str) -> Extraction | None:
             return Extraction(body, lead, lead + len(body), ExtractionMethod.BARE)
     # a text cut off mid-sentence ("... a cube, so") states no answer; one that ends on a word
     # ("... square units") may only answer in its final sentence
-    tail = _CHAT_TOKEN_RE.sub("", stripped).rstrip()
-    last_word = _LAST_WORD_RE.search(tail)
-    if not tail or tail[-1] in ",:;=" or (last_word and last_word.group(0).lower() in _DANGLING_WORDS):
+    tail = _strip_chat_tokens(stripped)
+    start = len(tail)
+    while start > 0 and tail[start - 1] in _ASCII_LETTERS:
+        start -= 1
+    last_word = tail[start:]
+    if not tail or tail[-1] in ",:;=" or (last_word and last_word.lower() in _DANGLING_WORDS):
         return None
     unfinished = tail[-1].isalpha()
     # sentence ends outside math spans, then the sentences from the last one back

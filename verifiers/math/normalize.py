@@ -47,7 +47,10 @@ _COMMA_RUN_RE = re.compile(r"\s*,(?:\s*,)+\s*")
 # "28 percent", "28 pct", "28\text{ percentage}" -> 28\%
 _PERCENT_WORD_RE = re.compile(r"(?<=\d)\s*(?:\\(?:text|mbox|mathrm)\s*\{\s*)?(?:percent(?:age)?|pct)\b\.?\s*\}?", re.I)
 _EMPTYSET_RE = re.compile(r"\\(?:varnothing|emptyset)(?![A-Za-z])|\\\{\s*\\\}")
-_TRAILING_WORDS_RE = re.compile(r"^([-+]?[\d.,/]*\d\.?\d*)\s*(?:\\%|%)?\s+(?:[A-Za-z]{2,}\.?\s*){1,4}$")
+# "5 apples": a number, then 1-4 words (see _trailing_words_end; a regex for it backtracks
+# exponentially on a long run of letters).
+_LEAD_NUMBER_RE = re.compile(r"[-+]?[\d.,/]*+")
+_SUFFIX_RE = re.compile(r"(\s*+)(\\%|%)?(\s*+)")
 # "5 million" is not 5: words that scale the number are never dropped as units
 _MAGNITUDE_RE = re.compile(r"(?i)\b(?:hundred|thousand|million|billion|trillion|dozen|percent|times)\b")
 _SPACE_AFTER_CMD_RE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z0-9])")
@@ -111,6 +114,34 @@ def _unwrap_text(s: str) -> str:
     return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)
 
 
+def _trailing_words_end(s: str) -> int | None:
+    """Where the number ends in "5 apples" / "12.5% of them" (a number, optional percent sign,
+    white space, then one to four words of two or more letters, each optionally ending in a
+    dot), else None; linear."""
+    number = _LEAD_NUMBER_RE.match(s)
+    end = number.end()
+    digits = s[number.start() : end].lstrip("+-")
+    if not (digits[-1:].isdigit() or (digits.endswith(".") and digits[-2:-1].isdigit())):
+        return None
+    suffix = _SUFFIX_RE.match(s, end)
+    before, percent, after = suffix.groups()
+    if not (after if percent else before):
+        return None  # white space must come before the words (after the percent sign)
+    words = 0
+    for token in s[suffix.end() :].split():
+        pieces = token.split(".")
+        if pieces[-1] == "":
+            pieces.pop()  # one dot may end a word
+        for piece in pieces:
+            if len(piece) < 2 or not all(c in _ASCII_LETTER_SET for c in piece):
+                return None
+        words += len(pieces)
+    return end if 1 <= words <= 4 else None
+
+
+_ASCII_LETTER_SET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
 def normalize_answer(answer: str, plain: bool = False) -> str:
     """Return the canonical spelling of an answer: LaTeX with no spaces, units or decorations.
 
@@ -129,9 +160,9 @@ def normalize_answer(answer: str, plain: bool = False) -> str:
     s = _PERCENT_WORD_RE.sub("\\\\%", s)
     s = _DEGREE_RE.sub("", s)
     s = s.replace("\\%", "%").replace("%", "\\%")
-    tw = _TRAILING_WORDS_RE.match(s)
-    if tw and not _MAGNITUDE_RE.search(s[tw.end(1) :]):
-        s = tw.group(1) + ("\\%" if "%" in s[tw.end(1) :] else "")
+    tw = _trailing_words_end(s)
+    if tw is not None and not _MAGNITUDE_RE.search(s[tw:]):
+        s = s[:tw] + ("\\%" if "%" in s[tw:] else "")
     s = _OR_RE.sub(", ", s)
     s = _COMMA_RUN_RE.sub(", ", s).strip(" ,")
     s = _unwrap_text(s)

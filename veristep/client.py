@@ -76,7 +76,7 @@ class _Policy:
     """Retry, backoff and deadline settings shared by the sync and async clients."""
 
     def __init__(self, url: str, token: str | None, timeout: float, deadline: float, retries: int,
-                 backoff: float, max_backoff: float, chunk: int) -> None:
+                 backoff: float, max_backoff: float, chunk: int, expect_config: str | None = None) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"server URL must start with http:// or https://, got {url!r}")
         if timeout <= 0 or deadline <= 0 or retries < 0 or backoff < 0 or chunk < 1:
@@ -85,6 +85,8 @@ class _Policy:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout, self.deadline, self.retries = timeout, deadline, retries
         self.backoff, self.max_backoff, self.chunk = backoff, max_backoff, chunk
+        #: The server configuration every reply must come from: the one given, else the first seen.
+        self.config_hash = expect_config
 
     def path(self, endpoint: str, kind: str | None) -> str:
         return f"{self.url}{endpoint}/{kind}" if kind else f"{self.url}{endpoint}"
@@ -101,10 +103,20 @@ class _Policy:
                 pass
         return delay if delay < remaining else None
 
-    @staticmethod
-    def check(response: httpx.Response) -> Any:
-        """The JSON body of a 200, or ServeError with the server's reason."""
+    def check(self, response: httpx.Response) -> Any:
+        """The JSON body of a 200, or ServeError with the server's reason.
+
+        A reply from another verifier configuration than the first (or the expected) one is a
+        ServeError too: rewards of one run must not mix configurations.
+        """
         if response.status_code == 200:
+            seen = response.headers.get("x-veristep-config")
+            if seen:
+                if self.config_hash is None:
+                    self.config_hash = seen
+                elif seen != self.config_hash:
+                    raise ServeError(f"{self.url} answers with verifier configuration {seen}, not "
+                                     f"{self.config_hash}: the server changed under this client")
             return response.json()
         try:
             reason = response.json().get("error", response.text[:300])
@@ -122,8 +134,9 @@ class VeristepClient:
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 300.0,
                  deadline: float = 600.0, retries: int = 6, backoff: float = 0.5,
-                 max_backoff: float = 30.0, chunk: int = DEFAULT_CHUNK, max_connections: int = 64) -> None:
-        self.policy = _Policy(url, token, timeout, deadline, retries, backoff, max_backoff, chunk)
+                 max_backoff: float = 30.0, chunk: int = DEFAULT_CHUNK, max_connections: int = 64,
+                 expect_config: str | None = None) -> None:
+        self.policy = _Policy(url, token, timeout, deadline, retries, backoff, max_backoff, chunk, expect_config)
         self._http = httpx.Client(limits=_limits(max_connections), headers=self.policy.headers)
 
     def post(self, endpoint: str, body: Any, kind: str | None = None, deadline: float | None = None) -> Any:
@@ -184,8 +197,9 @@ class AsyncVeristepClient:
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 300.0,
                  deadline: float = 600.0, retries: int = 6, backoff: float = 0.5,
-                 max_backoff: float = 30.0, chunk: int = DEFAULT_CHUNK, max_connections: int = 64) -> None:
-        self.policy = _Policy(url, token, timeout, deadline, retries, backoff, max_backoff, chunk)
+                 max_backoff: float = 30.0, chunk: int = DEFAULT_CHUNK, max_connections: int = 64,
+                 expect_config: str | None = None) -> None:
+        self.policy = _Policy(url, token, timeout, deadline, retries, backoff, max_backoff, chunk, expect_config)
         self._http = httpx.AsyncClient(limits=_limits(max_connections), headers=self.policy.headers)
 
     async def post(self, endpoint: str, body: Any, kind: str | None = None, deadline: float | None = None) -> Any:

@@ -50,6 +50,10 @@ def test_client_results_match_the_local_verifier(server):
             return await client.verify(COMPLETIONS, REFERENCES)
 
     assert [_key(r) for r in asyncio.run(run())] == expected
+    # rewards of one run come from one configuration: another one is refused, not mixed in
+    with VeristepClient(server.url, expect_config="0" * 16) as client:
+        with pytest.raises(ServeError, match="changed under this client"):
+            client.verify(COMPLETIONS[:1], REFERENCES[:1])
 
 
 def test_a_4xx_is_not_retried_and_a_dead_server_fails_by_the_deadline(server):

@@ -273,3 +273,30 @@ def test_processes_share_one_port(start_server):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["nope"], "unknown verifier kind 'nope'"),
+    (["math", "--set", "math.nosuch=1"], "has no option 'nosuch'"),
+    (["math", "--set", "code.timeout=1"], "not one of the served kinds"),
+    (["math", "--unjudged-reward", "abc"], "--unjudged-reward must be a number or null"),
+    (["math", "--processes", "2", "--port", "0"], "needs a fixed --port"),
+    (["math", "--set", "timeout=-1"], "bad verifier configuration"),
+])
+def test_usage_errors_exit_2_before_serving(args, message):
+    proc = subprocess.run([sys.executable, "-m", "veristep", "serve", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_taken_port_is_a_usage_error():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "veristep", "serve", "math", "--port", str(port)],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2 and "cannot listen" in proc.stderr, proc.stderr

@@ -36,13 +36,11 @@ from veristep.train.config import Config, parse_args
 from veristep.train.distributed import all_reduce, setup, teardown
 from veristep.train.evaluate import EvalResult, evaluate
 from veristep.train.lockstep import check_training
-from veristep.train.logprobs import collate
 from veristep.train.models import quiet_libraries, seed_everything
 from veristep.train.monitors import batch_monitors, prm_monitors, slowest
-from veristep.train.placebo import permute_step_scores, placebo_generator, shuffle_within_groups
-from veristep.train.rewards import prm_step_tensors
+from veristep.train.rewards import gated_step_scores
 from veristep.train.run import build_run, resume
-from veristep.train.sampling import sample_batch
+from veristep.train.sampling import sample_batch, step_rewards
 from veristep.train.summary import (
     eval_line,
     eval_state,
@@ -52,9 +50,7 @@ from veristep.train.summary import (
     write_config,
 )
 from veristep.train.tracking import STEP_METRICS, MetricsLogger
-from veristep.train.update import optimise_policy
-
-from veristep import gating
+from veristep.train.update import optimise_policy, policy_inputs
 
 
 def train(cfg: Config) -> dict[str, Any]:
@@ -104,38 +100,18 @@ def train(cfg: Config) -> dict[str, Any]:
                 m.update(b.metrics)
                 # An unjudged completion (checker time-out, sandbox error, bad reference) has no
                 # reward: it is left out of the gate, the advantages and the loss, and counted.
-                judged, outcome, correct = (t.view(n, G) for t in (b.scored.judged, b.scored.rewards, b.scored.correct))
-                rewards = b.scored.rewards
-                if cfg.overlong_cache_len:
-                    lengths = torch.tensor([len(c) for c in ro.completion_ids], dtype=torch.float32)
-                    rewards = rewards + gating.overlong_penalty(lengths, cfg.max_completion_len,
-                                                                cfg.overlong_cache_len)
-                rewards = rewards.view(n, G)
-                if cfg.placebo == "rewards":  # control: the same rewards, on random completions
-                    rewards = shuffle_within_groups(rewards, placebo_generator(cfg.seed, step), judged)
+                rewards, outcome, correct, judged = step_rewards(cfg, b, step)  # [n, G] each
 
                 # 3. gate: which groups collapsed, and which of them the PRM must score
                 groups = prm_groups(cfg, rewards, judged)
-                batch = collate(ro.prompt_ids, ro.completion_ids, run.pad_id, device)
+                batch, token_mask, keep = policy_inputs(cfg, ro, judged, run.pad_id, device)  # keep: in the loss
                 T = batch.completion_ids.shape[1]
-                token_mask = batch.completion_mask.view(n, G, T).cpu().clone()  # own copy: masked below
-                keep = judged.clone()
-                if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
-                    keep &= ~torch.tensor(ro.truncated, dtype=torch.bool).view(n, G)
-                batch.completion_mask[(~keep).flatten().to(device)] = 0.0  # out of the loss's denominators too
 
                 # 4. PRM on the gated groups only (Monte-Carlo values sample: rollouts the budget pays)
                 problems = [run.train_set[i].text for i in b.prompt_idx]
-                steps_t, mc_before = None, (getattr(run.scorer, "rollouts", 0), getattr(run.scorer, "completion_tokens", 0))
-                if run.scorer is not None:
-                    steps_t = prm_step_tensors(run.scorer, run.tokenizer, problems, ro.completion_ids, ro.texts,
-                                               G, T, groups)
-                    if cfg.placebo == "steps":  # control: the same step scores, on random steps
-                        steps_t.step_scores = permute_step_scores(steps_t.step_scores, steps_t.step_mask, groups,
-                                                                  placebo_generator(cfg.seed, step))
-                mc_rollouts = getattr(run.scorer, "rollouts", 0) - mc_before[0]
-                sampled = b.sampled + mc_rollouts
-                sampled_tokens = b.sampled_tokens + getattr(run.scorer, "completion_tokens", 0) - mc_before[1]
+                steps_t, mc_rollouts, mc_tokens = gated_step_scores(cfg, run.scorer, run.tokenizer, problems, ro,
+                                                                    T, groups, step)
+                sampled, sampled_tokens = b.sampled + mc_rollouts, b.sampled_tokens + mc_tokens
 
                 # 5. advantages [N, G, T]; the credit diagnostic where an oracle labels the steps
                 adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep, judged, info)

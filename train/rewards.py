@@ -226,3 +226,24 @@ def prm_step_tensors(scorer: Any, tokenizer: Any, problem_texts: Sequence[str],
     token_step = token_step_from_offsets(token_starts, token_mask, step_starts, step_mask)
     return StepTensors(step_scores, step_mask, token_step, list(groups), time.perf_counter() - t0,
                        nan_steps, getattr(scorer, "neutral", None))
+
+
+def gated_step_scores(cfg: Any, scorer: Any | None, tokenizer: Any, problem_texts: Sequence[str], ro: Any,
+                      width: int, groups: Sequence[int], step: int) -> tuple[StepTensors | None, int, int]:
+    """The PRM's step tensors of the gated `groups` (None without a scorer), and the rollouts and
+    completion tokens a Monte-Carlo scorer sampled for them (0 for any other scorer).
+
+    Under `--placebo steps` the scores are permuted within each gated group (seeded by `step`).
+    """
+    if scorer is None:
+        return None, 0, 0
+    from .placebo import permute_step_scores, placebo_generator
+
+    before = (getattr(scorer, "rollouts", 0), getattr(scorer, "completion_tokens", 0))
+    steps = prm_step_tensors(scorer, tokenizer, problem_texts, ro.completion_ids, ro.texts, cfg.group_size,
+                             width, groups)
+    if cfg.placebo == "steps":  # control: the same step scores, on random steps
+        steps.step_scores = permute_step_scores(steps.step_scores, steps.step_mask, list(groups),
+                                                placebo_generator(cfg.seed, step))
+    return (steps, getattr(scorer, "rollouts", 0) - before[0],
+            getattr(scorer, "completion_tokens", 0) - before[1])

@@ -7,10 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from veristep import gating
 
 from .distributed import DistInfo, all_reduce, shard
 from .lockstep import require_same_count
+from .placebo import placebo_generator, shuffle_within_groups
 from .rewards import OutcomeRewarder, OutcomeRewards
 from .rollout import Rollouts
 
@@ -85,3 +88,23 @@ def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: 
                "dapo/kept_informative": int(all_reduce(float(min(int(keep.sum()), n)), info))}
     return StepBatch(ro.select_groups(chosen, G), scored.select(rows), [local_idx[i] for i in chosen],
                      first.rollout_s + t_rollout, len(ro), ro.num_tokens(), metrics)
+
+
+def step_rewards(cfg: Any, batch: StepBatch, step: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's rewards as the gate and advantages see them, and what the monitors read.
+
+    Returns `rewards` (the verifiers' plus DAPO's overlong shaping, permuted within groups under
+    `--placebo rewards`), `outcome` (the verifiers' own), `correct` and `judged`, each `[n, G]`.
+    """
+    G = cfg.group_size
+    n = len(batch.prompt_idx)
+    judged = batch.scored.judged.view(n, G)
+    rewards = batch.scored.rewards
+    if cfg.overlong_cache_len:
+        lengths = torch.tensor([len(c) for c in batch.ro.completion_ids], dtype=torch.float32)
+        rewards = rewards + gating.overlong_penalty(lengths, cfg.max_completion_len, cfg.overlong_cache_len)
+    rewards = rewards.view(n, G)
+    if cfg.placebo == "rewards":  # control: the same rewards, on random completions
+        rewards = shuffle_within_groups(rewards, placebo_generator(cfg.seed, step), judged)
+    return rewards, batch.scored.rewards.view(n, G), batch.scored.correct.view(n, G), judged

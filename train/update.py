@@ -12,6 +12,7 @@ from .config import LossSettings
 from .distributed import DistInfo, all_reduce, grad_sync, mini_batch_rows, unwrap
 from .logprobs import (
     PolicyBatch,
+    collate,
     completion_logits,
     logprobs_from_logits,
     resolve_dtype,
@@ -19,6 +20,25 @@ from .logprobs import (
 )
 from .loss import aggregation_weights, clipped_policy_loss
 from .rollout import Rollouts, iter_chunks
+
+
+def policy_inputs(cfg: Any, ro: Rollouts, judged: torch.Tensor, pad_id: int, device: torch.device
+                  ) -> tuple[PolicyBatch, torch.Tensor, torch.Tensor]:
+    """The padded batch of the step's rows, its token mask `[n, G, T]` and `keep` `[n, G]`.
+
+    `keep` marks the completions the loss learns from: judged ones, and with `mask_truncated`
+    only those that ended; the others are masked out of the batch (and of the loss's
+    denominators), while the returned token mask still covers them for the advantages.
+    """
+    n, G = judged.shape
+    batch = collate(ro.prompt_ids, ro.completion_ids, pad_id, device)
+    T = batch.completion_ids.shape[1]
+    token_mask = batch.completion_mask.view(n, G, T).cpu().clone()  # own copy: masked below
+    keep = judged.clone()
+    if cfg.mask_truncated:  # a completion cut at the length limit teaches nothing reliable
+        keep &= ~torch.tensor(ro.truncated, dtype=torch.bool).view(n, G)
+    batch.completion_mask[(~keep).flatten().to(device)] = 0.0
+    return batch, token_mask, keep
 
 
 def optimise_policy(cfg: Any, model: torch.nn.Module, ref_model: torch.nn.Module | None,

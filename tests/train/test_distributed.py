@@ -158,3 +158,13 @@ def test_ddp_matches_one_process_on_first_character_data(small_config, tmp_path)
     assert any(float((w1[k] - base[k]).abs().max()) > 0 for k in w1)  # the update did something
     for k in w1:
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+@pytest.mark.slow  # four processes on a small machine: about two minutes
+def test_four_processes_with_fewer_eval_prompts_than_processes_log_what_one_process_logs(
+        arith_config, tmp_path):
+    """3 held-out prompts on 4 processes: one process evaluates only padding."""
+    cfg = dict(arith_config, prompts_per_step=8, mini_batches=1, micro_batch_size=0)
+    one = _run(cfg, tmp_path / "one", 1)
+    four = _run(cfg, tmp_path / "four", 4)
+    _assert_same_metrics(read_metrics(one / "metrics.jsonl"), read_metrics(four / "metrics.jsonl"))

@@ -74,3 +74,40 @@ def test_vllm_honours_per_prompt_seeds_and_greedy(tiny_model_dir):
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"same": True, "other": True, "greedy": True}
+
+
+_EOS_CHILD = """
+import json, sys, collections, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from veristep.train.config import make_config
+from veristep.train.rollout import build_engine, eos_token_ids
+path = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(path)
+model = AutoModelForCausalLM.from_pretrained(path)
+cfg = make_config(model=path, max_prompt_len=32, max_completion_len=12, progress=False)
+prompts = [tok(f"Problem {i}:", add_special_tokens=False).input_ids for i in range(4)]
+hf = build_engine(cfg, model, tok, path, torch.device("cpu"), False)
+# the model's generation config names a second EOS: the commonest token the model samples
+counts = collections.Counter(t for c in hf.generate(prompts, 4, [1, 2, 3, 4]).completion_ids for t in c)
+extra = next(t for t, _ in counts.most_common() if t != tok.eos_token_id)
+model.generation_config.eos_token_id = [tok.eos_token_id, extra]
+hf = build_engine(cfg, model, tok, path, torch.device("cpu"), False)
+vl = build_engine(make_config(model=path, max_prompt_len=32, max_completion_len=12, rollout="vllm",
+                              progress=False), model, tok, path, torch.device("cpu"), False)
+ro = vl.generate(prompts, 4, [1, 2, 3, 4])
+stops_at_extra = all(extra not in c[:-1] for c in ro.completion_ids)
+ended_by_extra = sum(bool(c) and c[-1] == extra for c in ro.completion_ids)
+print(json.dumps({"hf": sorted(hf.eos), "vllm": sorted(vl.eos), "expected": sorted(eos_token_ids(tok, model)),
+                  "stops_at_extra": stops_at_extra, "ended_by_extra": ended_by_extra}))
+"""
+
+
+def test_hf_and_vllm_stop_on_the_same_eos_set(tiny_model_dir):
+    """The model's generation EOS reaches vLLM too (it used to stop on the tokenizer's alone)."""
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.run([sys.executable, "-c", _EOS_CHILD, str(tiny_model_dir)], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["hf"] == r["vllm"] == r["expected"] and len(r["expected"]) == 2
+    assert r["stops_at_extra"] and r["ended_by_extra"] > 0

@@ -79,10 +79,12 @@ def test_429_is_retried_after_retry_after(start_server):
     busy = threading.Thread(target=lambda: httpx.post(srv.url + "/v1/verify", json={"rows": [sleepy, sleepy]},
                                                       timeout=120))
     busy.start()
-    for _ in range(100):
+    for _ in range(600):
         if "veristep_queue_depth 2.0" in httpx.get(srv.url + "/metrics").text:
             break
         time.sleep(0.1)
+    else:
+        raise AssertionError("the server never held the slow request")
     quick = {"completion": "```python\nprint(1)\n```", "language": "python", "tests": [{"stdin": "", "stdout": "1\n"}]}
     with VeristepClient(srv.url, backoff=0.2) as client:
         rows = client.verify_rows([quick])

@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="server processes sharing the port (SO_REUSEPORT), each with its own pools")
     parser.add_argument("--max-queue", type=int, default=4096,
                         help="items accepted and not yet answered per process; beyond it: 429 + Retry-After")
+    parser.add_argument("--max-connections", type=int, default=1024,
+                        help="open connections per process; beyond it uvicorn answers 503 (bounds "
+                        "the memory of bodies being read: this times --max-body-mb)")
     parser.add_argument("--deadline", type=float, default=120.0,
                         help="seconds a request may take; items without a verdict by then are "
                         "answered `timeout` (a request may ask for less: X-Veristep-Deadline)")
@@ -83,7 +86,8 @@ def build_config(args: argparse.Namespace) -> Any:
             raise UsageError(str(err)) from None
         check_config(cls, configs[kind])
     for name, value, low in (("--workers", args.workers, 1), ("--processes", args.processes, 1),
-                             ("--max-queue", args.max_queue, 1), ("--lanes", args.lanes, 1)):
+                             ("--max-queue", args.max_queue, 1), ("--lanes", args.lanes, 1),
+                             ("--max-connections", args.max_connections, 1)):
         if value is not None and value < low:
             raise UsageError(f"{name} must be >= {low}, got {value}")
     if not args.deadline > 0 or not args.max_body_mb > 0:
@@ -110,6 +114,7 @@ def build_config(args: argparse.Namespace) -> Any:
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         unjudged_reward=None if unjudged is None else float(unjudged),
         completion_key=args.completion_key, lanes=args.lanes, processes=args.processes,
+        max_connections=args.max_connections,
     )
 
 

@@ -54,6 +54,8 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
 
     uconfig = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="on", backlog=2048,
+        # bodies are read before admission: this bounds the memory that many large ones can take
+        limit_concurrency=config.max_connections,
         timeout_keep_alive=30, timeout_graceful_shutdown=config.deadline_s + 10,
     )
     sock.listen(2048)  # connections made while the pools warm up wait in the backlog, not refused

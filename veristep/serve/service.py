@@ -68,6 +68,7 @@ class ServeConfig:
     completion_key: str = "completion"
     lanes: int = 4
     processes: int = 1
+    max_connections: int = 1024
 
     def config_hash(self) -> str:
         """A short hash of what decides the rewards: version, kinds, their configs, unjudged value."""

@@ -10,12 +10,31 @@
 # --seeds or --prompts-per-step and record what ran. Results go beside the CPU ones:
 # benchmarks/results/gating_experiment_gpu.json / .png.
 #
-#   bash benchmarks/gating_experiment_gpu.sh            # from the repository root, with the venv active
+# CONDITION=chain8 runs the step-credit condition instead (docs/experiment.md): its own warm start
+# (the chain8 recipe, built on the machine's CPUs with 16 threads), the CPU design's arms at the
+# CPU budget per run (50 steps x 16 prompts x 4), 6 paired seeds for every arm, 1,000 held-out
+# prompts: the full-seed replication the CPU session could not afford.
+#
+#   bash benchmarks/gating_experiment_gpu.sh                     # from the repository root, venv active
+#   CONDITION=chain8 bash benchmarks/gating_experiment_gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
 nvidia-smi -L >/dev/null 2>&1 || { echo "no GPU visible (nvidia-smi): this script is for a GPU machine" >&2; exit 2; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+if [ "${CONDITION:-medium}" = chain8 ]; then
+exec "$PYTHON" benchmarks/gating_experiment.py \
+    --condition chain8 --device cuda \
+    --warmstart-dir runs/warmstart-chain8-gpu \
+    --warmstart-recipe '{"levels": ["chain8"], "demos_per_level": 5000, "step_error_rate": 0.3,
+                         "train_steps": 1000, "max_new_tokens": 180, "threads": 16, "isa": "native"}' \
+    --arms grpo,oracle_prefix,placebo_prefix,rule_prefix,oracle_blame,grpo_lr --extra-arms mc \
+    --seeds 6 --extra-seeds 6 --grpo-lr-scale 1.62 \
+    --steps 50 --eval-size 1000 --eval-interval 25 --set eval_greedy=false \
+    --jobs 8 --runs-dir runs/gating_experiment_chain8_gpu \
+    --results benchmarks/results/gating_experiment_chain8_gpu \
+    "$@"
+fi
 exec "$PYTHON" benchmarks/gating_experiment.py \
     --device cuda \
     --warmstart-dir runs/warmstart-gpu \

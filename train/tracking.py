@@ -64,16 +64,18 @@ class MetricsLogger:
         self._bar = None
         if not enabled:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._truncate_after(start_step)
-        self._fh = open(self.path, "a", encoding="utf-8")
-        if tensorboard:
+        writer = None
+        if tensorboard:  # before any file is opened, so a missing package leaves nothing open
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter as writer
             except ImportError as err:
                 raise ValueError("tensorboard=True needs the `tensorboard` package "
                                  "(pip install tensorboard)") from err
-            self._tb = SummaryWriter(str(Path(output_dir) / "tensorboard"), purge_step=start_step + 1)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._truncate_after(start_step)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        if writer is not None:
+            self._tb = writer(str(Path(output_dir) / "tensorboard"), purge_step=start_step + 1)
         if progress:
             from tqdm.auto import tqdm
 

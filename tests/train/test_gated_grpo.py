@@ -42,6 +42,8 @@ def test_each_method_trains_end_to_end(method, loss, small_config, tiny_model_di
     for row in rows:
         missing = [k for k in STEP_METRICS if k not in row]
         assert not missing, f"{method}: metrics line lacks {missing}"
+        unlisted = sorted(set(row) - {"step", *STEP_METRICS})
+        assert not unlisted, f"{method}: logs names STEP_METRICS does not list: {unlisted}"
         assert math.isfinite(row["loss/policy"]) and row["train/skipped_updates"] == 0
         assert 0.0 <= row["gate/acr"] <= 1.0 and 0.0 <= row["adv/nonzero_frac"] <= 1.0
     signal = any(r["adv/nonzero_frac"] > 0 for r in rows)

@@ -168,3 +168,39 @@ def test_four_processes_with_fewer_eval_prompts_than_processes_log_what_one_proc
     one = _run(cfg, tmp_path / "one", 1)
     four = _run(cfg, tmp_path / "four", 4)
     _assert_same_metrics(read_metrics(one / "metrics.jsonl"), read_metrics(four / "metrics.jsonl"))
+
+
+
+_COLLECTIVES = """
+import json, sys
+import torch
+from veristep.train.distributed import gather_padded, setup, teardown
+from veristep.train.lockstep import LockstepError, require_same_count
+
+info = setup("cpu")
+result = {}
+require_same_count(3, info, "prompts")  # equal: passes
+try:
+    require_same_count(info.rank + 1, info, "prompts")
+    result["refused"] = False
+except LockstepError as err:
+    result["refused"] = "between 1 and 2" in str(err)
+t = torch.full((1, info.rank + 1, 2 - info.rank), float(info.rank + 1))  # both later dims differ
+result["gathered"] = gather_padded(t, info, fill=-1.0).tolist()
+teardown(info)
+print("RESULT " + json.dumps(result))
+"""
+
+
+def test_lockstep_check_and_padded_gather_on_two_gloo_ranks(tmp_path):
+    script = tmp_path / "collectives.py"
+    script.write_text(_COLLECTIVES)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={_free_port()}", str(script)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines() if "RESULT " in line]
+    assert len(results) == 2 and all(r["refused"] for r in results)  # every rank refuses, none hangs
+    expected = [[[1.0, 1.0], [-1.0, -1.0]], [[2.0, -1.0], [2.0, -1.0]]]
+    assert all(r["gathered"] == expected for r in results)

@@ -108,15 +108,15 @@ def test_aggregating_finished_runs_builds_no_warm_start(tmp_path):
     assert row["pass@1_vs_grpo"]["mean"] == pytest.approx(-0.01)
 
 
-def _gpu_script_args() -> list[str]:
-    """The experiment arguments of benchmarks/gating_experiment_gpu.sh, as bash would pass them."""
+def _gpu_script_args(which: int = -1) -> list[str]:
+    """The experiment arguments of one `exec` of benchmarks/gating_experiment_gpu.sh (-1: the last)."""
     import shlex
 
     text = (SCRIPT.parent / "gating_experiment_gpu.sh").read_text()
-    command = text[text.index('exec "$PYTHON" benchmarks/gating_experiment.py'):].replace("\\\n", " ")
-    words = shlex.split(command)  # the exec is the script's last command
-    assert words[-1] == "$@"
-    return words[3:-1]
+    head = 'exec "$PYTHON" benchmarks/gating_experiment.py'
+    blocks = text.split(head)[1:]
+    command = blocks[which].split('"$@"')[0].replace("\\\n", " ")
+    return shlex.split(command)
 
 
 def test_gpu_script_arguments_build_valid_runs(tmp_path):
@@ -138,6 +138,30 @@ def test_gpu_script_arguments_build_valid_runs(tmp_path):
     for arm in arms:
         cfg = make_config(**exp.trainer_values(settings, arm, 0, tmp_path, 1, False))
         assert cfg.device == "cuda" and cfg.micro_batch_size == 320
+
+
+def test_gpu_script_runs_the_step_credit_condition(tmp_path):
+    import json
+
+    from veristep.train.config import make_config
+    from veristep.train.demo.warmstart import CONDITION_RECIPES, recipe_from_kwargs
+
+    args = exp.parse_args(_gpu_script_args(0))
+    assert args.condition == "chain8" and args.seeds == 6 and args.device == "cuda"
+    recipe = json.loads(args.warmstart_recipe)
+    assert {k: v for k, v in recipe.items() if k in CONDITION_RECIPES["chain8"]} == CONDITION_RECIPES["chain8"]
+    recipe_from_kwargs(**recipe)
+    setup = exp.CONDITION_SETUP["chain8"]
+    settings = exp.Settings(dataset=exp.CONDITIONS["chain8"], steps=args.steps, device=args.device,
+                            overrides={**setup["overrides"], **exp._overrides(args.set)},
+                            grpo_lr_scale=args.grpo_lr_scale)
+    arms = [a for a in (args.arms + "," + args.extra_arms).split(",") if a]
+    assert {"grpo", "oracle_prefix", "placebo_prefix", "rule_prefix"} <= set(arms)
+    for arm in arms:
+        cfg = make_config(**exp.trainer_values(settings, arm, 0, tmp_path, 1, False))
+        assert cfg.device == "cuda" and cfg.max_completion_len == 180 and not cfg.eval_greedy
+    lr = make_config(**exp.trainer_values(settings, "grpo_lr", 0, tmp_path, 1, False)).lr
+    assert lr == pytest.approx(1.62 * 3e-5)
 
 
 def test_aggregation_recollects_runs_from_their_folders(tmp_path):

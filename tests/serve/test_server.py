@@ -278,6 +278,35 @@ def test_processes_share_one_port(start_server):
             os.kill(pid, 0)
 
 
+def _gone(pid: int) -> bool:
+    """Whether a process has exited (gone, or a zombie nobody has reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_server_processes_exit_when_their_parent_is_killed(start_server):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = start_server("math", "--workers", "1", "--processes", "2", "--port", str(port))
+    pids = set()
+    for _ in range(60):
+        with httpx.Client() as client:
+            pids.add(client.get(srv.url + "/health").json()["pid"])
+        if len(pids) == 2:
+            break
+    srv.proc.kill()  # SIGKILL: the parent cannot forward anything
+    srv.proc.wait(30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
+        time.sleep(0.2)
+    assert all(_gone(pid) for pid in pids), "orphaned server processes"
+
+
 @pytest.mark.parametrize("args,message", [
     (["nope"], "unknown verifier kind 'nope'"),
     (["math", "--set", "math.nosuch=1"], "has no option 'nosuch'"),
@@ -286,20 +315,21 @@ def test_processes_share_one_port(start_server):
     (["math", "--processes", "2", "--port", "0"], "needs a fixed --port"),
     (["math", "--set", "timeout=-1"], "bad verifier configuration"),
 ])
-def test_usage_errors_exit_2_before_serving(args, message):
-    proc = subprocess.run([sys.executable, "-m", "veristep", "serve", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr and proc.stderr.count("\n") == 1
+def test_usage_errors_exit_2_before_serving(args, message, capsys):
+    from veristep.cli import main
+
+    assert main(["serve", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
-def test_a_taken_port_is_a_usage_error():
+def test_a_taken_port_is_a_usage_error(capsys):
     import socket
+
+    from veristep.cli import main
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        port = s.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "veristep", "serve", "math", "--port", str(port)],
-                              capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 2 and "cannot listen" in proc.stderr, proc.stderr
+        assert main(["serve", "math", "--port", str(s.getsockname()[1])]) == 2
+    assert "cannot listen" in capsys.readouterr().err

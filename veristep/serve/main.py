@@ -9,6 +9,7 @@ goes to every server; each stops accepting, finishes the requests it has, and ex
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -67,6 +68,16 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
     server.run(sockets=[sock])
 
 
+def _drain_with_parent() -> None:
+    """Ask the kernel for SIGTERM (drain, then exit) when the parent dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def serve(config: ServeConfig, service: Service | None = None) -> int:
     """Serve until stopped; returns the exit code. `service` (one process only) is used as built."""
     shared = config.processes > 1
@@ -84,6 +95,7 @@ def serve(config: ServeConfig, service: Service | None = None) -> int:
         if pid == 0:
             code = 0
             try:
+                _drain_with_parent()
                 own = bind(config.host, port, reuse_port=True)
                 _run_one(config, own)
             except BaseException as err:  # noqa: BLE001 - say why, then exit non-zero

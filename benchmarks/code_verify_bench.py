@@ -9,7 +9,9 @@ tests run four ways, each with the same number of parallel workers:
   (c) veristep:   `CodeVerifier.verify_batch` (a fresh container per program, one fresh
                   process per test) at the best isolation level available, every test run;
   (d) veristep-default: the same with the default fail-fast (a program stops at its first
-                  failing test, so fewer tests run and pass).
+                  failing test, so fewer tests run and pass);
+  (e) veristep-shared-pid (with --compare-pid-namespace): (c) with one PID namespace per
+                  completion instead of one per test, to measure what the per-test one costs.
 
 All of them use the interpreter the sandbox uses, and the same output comparison. Prints a table
 (programs/s, tests/s, ratio to (a)) and writes it to benchmarks/results/code_verify_bench.json.
@@ -293,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="isolation level for veristep (default: the best available)")
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="allow rlimits-only isolation when nothing stronger runs here")
+    parser.add_argument("--compare-pid-namespace", action="store_true",
+                        help="add a row with one PID namespace per completion, not per test")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "code_verify_bench.json")
     args = parser.parse_args(argv)
@@ -303,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     # the default, which stops a program at its first failing test.
     verifiers = {"veristep": CodeVerifier(stop_on_first_failure=False, **common),
                  "veristep-default": CodeVerifier(**common)}
+    if args.compare_pid_namespace:  # the cost of a PID namespace per test, in the same run
+        verifiers["veristep-shared-pid"] = CodeVerifier(stop_on_first_failure=False,
+                                                        pid_namespace_per_test=False, **common)
     sets = {
         "mixed": generate_programs(args.programs, args.tests, args.timeout_share, args.seed),
         "no-timeouts": generate_programs(args.programs, args.tests, 0.0, args.seed),

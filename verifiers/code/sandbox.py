@@ -396,10 +396,15 @@ class Sandbox:
         allow_unsandboxed: bool = False,
         python: str | os.PathLike[str] | None = None,
         tmpfs_mb: int = 64,
+        test_pid_namespace: bool = False,
     ) -> None:
         if tmpfs_mb <= 0:
             raise ValueError(f"tmpfs_mb must be positive, got {tmpfs_mb!r}")
         self.tmpfs_mb = int(tmpfs_mb)
+        #: Each test in PID (and user) namespaces of its own (off by default: it costs about
+        #: 20 ms per test, benchmarks/code_verify_bench.py); off where the kernel refuses
+        #: the nested namespaces (the probe then retries without).
+        self.test_pid_namespace = bool(test_pid_namespace)
         self.allow_unsandboxed = allow_unsandboxed
         self._init_threads()
         requested = Isolation(isolation) if isolation is not None else None
@@ -421,7 +426,10 @@ class Sandbox:
             # interpreter as uid 65534 before any as a mapped root.
             for drop in _drop_choices():
                 for exe in candidates:
-                    error = _probe(level, exe, drop, self.tmpfs_mb)
+                    error = _probe(level, exe, drop, self.tmpfs_mb, self.test_pid_namespace)
+                    if error is not None and self.test_pid_namespace and level.isolated:
+                        if _probe(level, exe, drop, self.tmpfs_mb, False) is None:
+                            error, self.test_pid_namespace = None, False
                     if error is None:
                         self.isolation, self.python, self._drop = level, exe, drop
                         return
@@ -433,11 +441,13 @@ class Sandbox:
         )
 
     @classmethod
-    def _configured(cls, level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> Sandbox:
+    def _configured(cls, level: Isolation, python: str, drop: bool, tmpfs_mb: int,
+                    test_pid_namespace: bool = False) -> Sandbox:
         """A sandbox with its settings given, not probed (what the probe itself starts)."""
         sandbox = cls.__new__(cls)
         sandbox.isolation, sandbox.python, sandbox._drop = level, python, drop
         sandbox.tmpfs_mb, sandbox.allow_unsandboxed = tmpfs_mb, True
+        sandbox.test_pid_namespace = test_pid_namespace
         sandbox._init_threads()
         return sandbox
 
@@ -519,7 +529,10 @@ class Sandbox:
     def _launch_plan(
         self, process: _SandboxProcess
     ) -> tuple[list[str], dict[str, Any], bytes | None]:
-        return _launch_plan(self.isolation, self.python, self._drop, self.tmpfs_mb, process)
+        argv, init, filter_bytes = _launch_plan(self.isolation, self.python, self._drop,
+                                                self.tmpfs_mb, process)
+        init["test_pid_namespace"] = self.test_pid_namespace
+        return argv, init, filter_bytes
 
 
 def _launch_plan(
@@ -668,13 +681,14 @@ def _drop_choices() -> list[bool]:
 
 
 @functools.cache
-def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int) -> str | None:
+def _probe(level: Isolation, python: str, drop: bool, tmpfs_mb: int,
+           test_pid_namespace: bool = False) -> str | None:
     """Start a sandbox and run a tiny program; return why it failed, or None if it works."""
     tools = {Isolation.BWRAP: ["bwrap"], Isolation.NAMESPACES: ["unshare"]}.get(level, [])
     for tool in tools:
         if shutil.which(tool) is None:
             return f"{tool} not found on PATH"
-    sandbox = Sandbox._configured(level, python, drop, tmpfs_mb)
+    sandbox = Sandbox._configured(level, python, drop, tmpfs_mb, test_pid_namespace)
     probe = "import os\nprint('ok', os.getuid())\n"
     try:
         with sandbox.session() as session:

@@ -271,6 +271,9 @@ class Supervisor:
         self.artifacts = {}
         self.counter = 0
         self.is_pid1 = os.getpid() == 1
+        # Each test in a PID namespace of its own (inside a user namespace of its own, which
+        # needs no privilege): its processes cannot see or signal another test's.
+        self.test_pid_ns = self.is_pid1 and bool(init.get("test_pid_namespace", False))
 
     def step(self, req):
         self._reset_folders()
@@ -304,13 +307,17 @@ class Supervisor:
         pid = os.fork()
         if pid == 0:
             _child(req, workdir, limits, (stdin_fd, out_w, err_w, rep_w), self.env,
-                   self.program_filter)  # never returns
+                   self.program_filter, self.test_pid_ns)  # never returns
         for fd in (stdin_fd, out_w, err_w, rep_w):
             os.close(fd)
-        watch = _Watchdog(self, limits) if self.is_pid1 else None
+        watch = _Watchdog(self, limits, 2 if self.test_pid_ns else 0) if self.is_pid1 else None
         streams, timed_out, over = _collect(pid, (out_r, err_r, rep_r),
                                             start + limits["wall_s"], limits["output_bytes"],
                                             watch)
+        if self.test_pid_ns and not (timed_out or over or (watch and watch.exceeded)):
+            # The outer process ends just after the program (it relays the program's status):
+            # wait for it, up to the wall limit, before anything is killed.
+            timed_out = not _await_exit(pid, start + limits["wall_s"], watch)
         if watch is not None and watch.exceeded is None:
             # Once more before the exited program is reaped: it and what it left running.
             watch.over_budget()
@@ -367,9 +374,10 @@ class Supervisor:
 class _Watchdog:
     """Samples every process of the completion (we are PID 1: /proc lists just them)."""
 
-    def __init__(self, supervisor, limits):
+    def __init__(self, supervisor, limits, helpers=0):
         self.memory_budget = limits["memory_mb"] * 1024 * 1024
-        self.process_budget = limits["processes"]
+        # The test's own namespace adds two processes of ours (see _enter_test_namespace).
+        self.process_budget = limits["processes"] + helpers
         self.folders = supervisor.scratch + [supervisor.workroot]
         self.exceeded = None
         self.peak_memory = 0
@@ -449,10 +457,12 @@ def _proportional(pid, resident):
     return resident if size is None else size
 
 
-def _child(req, workdir, limits, fds, env, program_filter):
+def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False):
     stdin_fd, out_w, err_w, rep_w = fds
     try:
         os.setpgid(0, 0)
+        if test_pid_ns:
+            _enter_test_namespace()  # returns in the test's PID 2 only
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
@@ -463,7 +473,7 @@ def _child(req, workdir, limits, fds, env, program_filter):
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT,
                     signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        _set_limits(limits)
+        _set_limits(limits, 3 if test_pid_ns else 2)
         if program_filter:
             _install_filter(program_filter)
         _set_dumpable(True)
@@ -496,14 +506,84 @@ def _at_most(which, value):
     return value, value
 
 
-def _set_limits(limits):
+_CLONE_NEWUSER_PID = 0x10000000 | 0x20000000
+
+
+def _enter_test_namespace():
+    """Move this step into new user and PID namespaces; return in the program's process.
+
+    Three processes: this one (the container's child) stays outside and ends the way the
+    program ends; the first child is PID 1 of the new namespace (a reaper, never the program:
+    PID 1 ignores default-action signals, SIGXCPU included); its child, PID 2, is the program.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    _set_dumpable(True)  # /proc/self/*_map are writable only while dumpable
+    _check(_libc.unshare(_CLONE_NEWUSER_PID), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open("/proc/self/" + name, "w") as fh:
+            fh.write(text)
+    _set_dumpable(False)
+    status_r, status_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(status_r)
+        program = os.fork()
+        if program == 0:
+            os.close(status_w)
+            _drop_capabilities()  # the new user namespace gave us all of them
+            return
+        _reaper(program, status_w)  # never returns
+    os.close(status_w)
+    os.closerange(0, status_r)  # the test's pipes are the program's alone now
+    os.closerange(status_r + 1, _max_fd())
+    data = _read_exact(status_r, 4)
+    status = struct.unpack("<i", data)[0] if data else 9  # no word: as if killed
+    # Not waiting for the reaper: its namespace's teardown is the container's to reap.
+    if os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else signal.SIGKILL
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass  # SIGKILL keeps its default
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+
+
+def _reaper(program, status_w):
+    """PID 1 of a test's namespace: when the program ends, pass on how; then wait to be killed.
+
+    Nothing is reaped (WNOWAIT), as the container reaps nothing while a step runs: the program
+    and what it left running stay visible to the watchdog's last look and are killed with the
+    rest, exactly as without a namespace of the test's own.
+    """
+    try:
+        os.closerange(0, status_w)
+        os.closerange(status_w + 1, _max_fd())
+        info = os.waitid(os.P_PID, program, os.WEXITED | os.WNOWAIT)
+        if info.si_code == os.CLD_EXITED:
+            status = (info.si_status & 0xFF) << 8
+        else:  # CLD_KILLED, CLD_DUMPED: the signal, as a wait status has it
+            status = info.si_status & 0x7F
+        _write_all(status_w, struct.pack("<i", status))
+        os.close(status_w)
+        while True:
+            time.sleep(60)
+    finally:
+        os._exit(0)  # the kernel then kills whatever else runs in this namespace
+
+
+def _set_limits(limits, helpers=2):
     cpu = int(limits["cpu_s"])
     mem = limits["memory_mb"] * 1024 * 1024
     fsize = limits["file_mb"] * 1024 * 1024
-    # Per user and user namespace: in a completion's own namespace this caps all its
-    # processes together. One above the budget (the supervisor counts, as uid 65534 too) and
-    # one spare, so that the watchdog sees a breach rather than only a failed fork.
-    nproc = limits["processes"] + 2
+    # Per user and user namespace: in the namespace the program runs in this caps all its
+    # processes together. `helpers` above the budget: ours counted with them (the container's
+    # supervisor, or a test namespace's outer process and reaper) and one spare, so that the
+    # watchdog sees a breach rather than only a failed fork.
+    nproc = limits["processes"] + helpers
     for which, value in (
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (mem, mem)),
@@ -737,6 +817,22 @@ def _drain(fds, chunks, sizes, cap):
                 chunks[fd].append(data)
             else:
                 break
+
+
+def _await_exit(pid, deadline, watch):
+    """Whether `pid` (not reaped) exits before `deadline`; the watchdog keeps sampling."""
+    pause = 0.0002
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        now = time.monotonic()
+        if now >= deadline or (watch is not None and watch.over_budget()):
+            return now < deadline
+        time.sleep(min(pause, max(deadline - now, 0)))
+        pause = min(pause * 2, _WATCH_INTERVAL_S)
 
 
 def _wait_or_kill(pid):

@@ -154,6 +154,7 @@ class CodeVerifier:
         stop_on_first_failure: bool = True,
         stderr_chars: int = 1000,
         python: str | os.PathLike[str] | None = None,
+        pid_namespace_per_test: bool = False,
     ) -> None:
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1 or None, got {workers!r}")
@@ -182,7 +183,8 @@ class CodeVerifier:
             file_mb=max(max_file_mb, 256),
             output_bytes=output_limit_bytes,
         )
-        self.sandbox = Sandbox(isolation, allow_unsandboxed=allow_unsandboxed, python=python)
+        self.sandbox = Sandbox(isolation, allow_unsandboxed=allow_unsandboxed, python=python,
+                               test_pid_namespace=pid_namespace_per_test)
         # One sandbox per batch thread; the threads live as long as the verifier so that
         # their sandboxes do too.
         self._executor: ThreadPoolExecutor | None = None

@@ -233,3 +233,50 @@ def test_socket_buffers_and_tmpfs_inodes_stay_bounded(code_verifier):
         print("LEAK %s" % got if got else "bounded")
     """
     assert code_verifier.verify(textwrap.dedent(code), {"tests": [{"stdout": "bounded"}]}).correct
+
+
+# ---- (e) a PID namespace per test, on request ---------------------------------------------------
+def test_a_pid_namespace_per_test_on_request(make_code_verifier):
+    # Off by default (it costs about 20 ms per test: benchmarks/code_verify_bench.py
+    # --compare-pid-namespace). With it each test's program is PID 2 of a namespace of its own,
+    # whatever earlier tests did, and sees no process of another test.
+    code = """
+        import os
+        if input().strip() == "fork":
+            for _ in range(30):
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+            print("forked")
+        else:
+            print(os.getpid(), os.getppid())
+    """
+    tests = [{"stdin": "fork", "stdout": "forked"}, {"stdin": "look", "stdout": "2 1"}]
+    shared = make_code_verifier(timeout=2.0, workers=1)
+    fresh = make_code_verifier(timeout=2.0, workers=1, pid_namespace_per_test=True)
+    try:
+        assert shared.verify(textwrap.dedent(code), {"tests": tests}).extra["passed"] == 1
+        assert fresh.verify(textwrap.dedent(code), {"tests": tests}).correct
+        # Verdicts are the same as without it: exit codes, signals, CPU limit, budgets.
+        cases = [
+            ("import sys\nsys.exit(3)", Status.RUNTIME_ERROR, "exit status 3"),
+            ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", Status.RUNTIME_ERROR,
+             "killed by signal SIGSEGV"),
+            ("while True:\n    pass", Status.TIMEOUT, ""),
+            ("import os, time\nfor _ in range(200):\n    if os.fork() == 0:\n"
+             "        time.sleep(30)\n        os._exit(0)", Status.PROCESS_LIMIT, ""),
+            ("block = bytearray(8 * 1024 ** 3)", Status.MEMORY_LIMIT, ""),
+            ("print(1)", Status.CORRECT, ""),
+        ]
+        for program, status, detail in cases:
+            for verifier in (shared, fresh):
+                result = verifier.verify(program, {"tests": [{"stdout": "1"}]})
+                assert result.status is status, (program, verifier is fresh, result.detail)
+                assert detail in result.detail
+        cpp = "#include <cstdio>\nint main() { std::puts(\"7\"); }"
+        assert fresh.verify(cpp, {"language": "cpp", "tests": [{"stdout": "7"}] * 2}).correct
+        assert fresh.verify("def f(x):\n    return x\n", {"asserts": ["assert f(2) == 2"]}).correct
+    finally:
+        shared.close()
+        fresh.close()

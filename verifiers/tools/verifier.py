@@ -41,6 +41,9 @@ class ToolReference:
     schema: ToolSchema | None
     expected: list[ExpectedCall] | None
     format: ToolFormat
+    #: Alternatives of the expected values that break the function's own schema: left out of
+    #: the accepted values (BFCL lists such as ``venue: ["", true]``), reported in the result.
+    dropped: tuple[str, ...] = ()
 
 
 class ToolCallVerifier:
@@ -180,8 +183,8 @@ class ToolCallVerifier:
             unknown = [e.name for e in expected if schema.get(e.name) is None]
             if unknown:
                 raise ValueError(f"expected calls use functions missing from tools: {unknown}")
-            for call in expected:
-                _check_against_schema(call, schema)
+            dropped = [note for call in expected for note in _check_against_schema(call, schema)]
+            return ToolReference(list(tools), schema, expected, fmt, tuple(dropped))
         return ToolReference(list(tools), schema, expected, fmt)
 
     def verify(self, completion: str, reference: Any) -> VerifyResult:
@@ -268,6 +271,8 @@ class ToolCallVerifier:
         )
         parsed_at = time.perf_counter()
         extra = self._report(parsed)
+        if ref.dropped:
+            extra["dropped_alternatives"] = list(ref.dropped[: max(self.max_reported, 1)])
         calls = parsed.calls
         if not calls and not parsed.errors:
             timings = {"parse_s": parsed_at - start}
@@ -397,26 +402,35 @@ def _concrete(value: Any) -> bool:
     return True
 
 
-def _check_against_schema(call: ExpectedCall, schema: ToolSchema) -> None:
-    """ValueError when an expected call can never match: its values break its own schema."""
+def _check_against_schema(call: ExpectedCall, schema: ToolSchema) -> list[str]:
+    """Drop the allowed values of an expected call that break its own schema (no call with
+    one could be accepted) and say which; ValueError when an argument is left with no allowed
+    value and may not be omitted, or the call can never match for another reason."""
     spec = schema.get(call.name)
     if spec is None:
-        return
+        return []
+    dropped: list[str] = []
     closed = spec.parameters.get("additionalProperties") is False
     for param, arg in call.arguments.items():
         if closed and param not in spec.properties and not arg.may_omit:
             raise ValueError(f"expected {call.name}({param}=...): {param!r} is not a parameter of {call.name}")
         if param not in spec.properties:
             continue
+        kept, first = [], None
         for value in arg.allowed:
-            if not _concrete(value):
-                continue  # nested allowed values are judged key by key when matched
-            found = validate_parameter(spec, param, value)
-            if found:
-                raise ValueError(
-                    f"expected {call.name}({param}={value!r:.60}) breaks the function's own schema "
-                    f"({found[0].message}); a call with that value could never be accepted"
-                )
+            found = validate_parameter(spec, param, value) if _concrete(value) else []
+            if found:  # nested allowed values are judged key by key when matched
+                first = first or found[0].message
+                dropped.append(f"{call.name}({param}={value!r:.60}): {found[0].message}")
+            else:
+                kept.append(value)
+        if not kept and (not arg.may_omit or param in spec.required):
+            raise ValueError(
+                f"expected {call.name}({param}=...): every allowed value breaks the function's own "
+                f"schema ({first}); a call could never be accepted"
+            )
+        arg.allowed = kept
     missing = sorted(spec.required - set(call.arguments))
     if missing:
         raise ValueError(f"expected {call.name} call lacks required parameter(s) {missing}; it could never match")
+    return dropped

@@ -395,7 +395,7 @@ def test_java_and_javascript_type_names_are_read_as_json_schema(verifier, kind, 
     [
         ({"value": [1.0], "note": ["x"], "unit": ["kelvin"]}, "breaks the function's own schema"),
         ({"value": [1.0], "note": [None]}, "breaks the function's own schema"),
-        ({"value": [1.0], "note": ["x"], "unit": ["celsius", "N/A", ""]}, "'N/A'"),
+        ({"value": [1.0], "note": [None, 5]}, "breaks the function's own schema"),
         ({"value": ["dontcare"], "note": ["x"]}, "breaks the function's own schema"),
         ({"value": [1.0]}, "lacks required parameter"),
         ({"value": [1.0], "note": ["x"], "colour": ["red"]}, "not a parameter"),
@@ -406,6 +406,26 @@ def test_expected_values_that_break_their_own_schema_are_a_bad_reference(verifie
     result = verifier.verify(hermes(("convert", {"value": 1.0, "note": "x"})), ref)
     assert result.status is Status.BAD_REFERENCE and not result.judged
     assert message in result.detail
+
+
+def test_alternatives_that_break_the_schema_are_dropped_and_the_rest_judged(verifier):
+    # BFCL's answers list alternatives such as venue: ["", true] or unit: "N/A": one bad
+    # alternative used to make the whole reference unusable (issue 31: ~180 correct calls of
+    # BFCL's live categories came back unjudged).
+    expected = {"value": [1.0], "note": ["x", None], "unit": ["celsius", "N/A", ""]}
+    ref = {"tools": UNIT_TOOLS, "expected": [{"convert": expected}]}
+    for arguments, correct in [({"value": 1.0, "note": "x"}, True),
+                               ({"value": 1.0, "note": "x", "unit": "celsius"}, True),
+                               ({"value": 1.0, "note": "y"}, False)]:
+        result = verifier.verify(hermes(("convert", arguments)), ref)
+        assert result.judged and result.correct is correct, (arguments, result.detail)
+        dropped = result.extra["dropped_alternatives"]
+        assert len(dropped) == 2 and "note=None" in dropped[0] and "'N/A'" in dropped[1]
+    # A required argument whose only alternative is to leave it out cannot be matched.
+    only_omit = {"value": [1.0], "note": [None, ""]}
+    result = verifier.verify(hermes(("convert", {"value": 1.0})), {"tools": UNIT_TOOLS,
+                                                                   "expected": [{"convert": only_omit}]})
+    assert result.status is Status.BAD_REFERENCE
 
 
 def test_batch_sends_each_reference_once_per_chunk_and_caches_it():

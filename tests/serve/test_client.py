@@ -126,7 +126,35 @@ def test_verl_remote_mode_and_reward_loop(server):
     assert [dict(r) for r in remote] == [dict(r) for r in local]
     assert [r["status"] for r in remote] == ["correct", "wrong", "correct", "bad_reference"]
 
-    # verl's own reward loop, configured the documented way, scoring on the server
+    outputs, before = _verl_reward_loop(server, rows, "naive")
+    assert [o["reward_score"] for o in outputs] == [1.0, 0.0, 1.0, 0.0]
+    assert [o["reward_extra_info"]["status"] for o in outputs] == ["correct", "wrong", "correct", "bad_reference"]
+    assert _served(server, "tools", "correct") == before + 1  # the server judged it
+
+
+@pytest.mark.slow
+def test_verl_remote_manager_ray_actors_score_on_the_server(server):
+    """verl's `remote` reward-loop manager: Ray actors call compute_score, which asks the server."""
+    if os.environ.get("VERISTEP_REQUIRE_VERL") != "1":
+        pytest.importorskip("verl")
+        pytest.importorskip("hydra")
+    import ray
+
+    rows = [("openai/gsm8k", "so \\boxed{72}", "72"), ("openai/gsm8k", "\\boxed{71}", "72")]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        before = _served(server, "math", "correct")
+        outputs, _ = _verl_reward_loop(server, rows, "remote", "reward.num_workers=1")
+    finally:
+        ray.shutdown()
+    assert [o["reward_score"] for o in outputs] == [1.0, 0.0]
+    assert [o["reward_extra_info"]["status"] for o in outputs] == ["correct", "wrong"]
+    assert _served(server, "math", "correct") == before + 1
+
+
+def _verl_reward_loop(server, rows, manager: str, *overrides: str):
+    """Score rows with verl's own reward-loop `manager`, configured the documented way with
+    `veristep_remote`; the outputs and the server's tools/correct count before scoring."""
     import numpy as np
     import torch
     import veristep.verifiers.adapters as adapters
@@ -139,8 +167,9 @@ def test_verl_remote_mode_and_reward_loop(server):
     with initialize_config_dir(config_dir=str(Path(verl_config.__file__).parent), version_base=None):
         config = compose(config_name="ppo_trainer", overrides=[
             f"reward.custom_reward_function.path={Path(adapters.__file__)}",
-            "reward.reward_manager.name=naive",
+            f"reward.reward_manager.name={manager}",
             f"+reward.custom_reward_function.reward_kwargs.veristep_remote={json.dumps(server.url)}",
+            *overrides,
         ])
     tokenizer = build_char_tokenizer()
     n, plen, rlen = len(rows), 4, 96
@@ -168,10 +197,7 @@ def test_verl_remote_mode_and_reward_loop(server):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        outputs = rm.loop.run_until_complete(score_all())
-    assert [o["reward_score"] for o in outputs] == [1.0, 0.0, 1.0, 0.0]
-    assert [o["reward_extra_info"]["status"] for o in outputs] == ["correct", "wrong", "correct", "bad_reference"]
-    assert _served(server, "tools", "correct") == before + 1  # the server judged it
+        return rm.loop.run_until_complete(score_all()), before
 
 
 def _served(server, kind: str, status: str) -> float:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.result import Status, VerifyResult
+from ..core.workers import default_pool_size
 from .plain import decode_plain
 from .reference import (
     BadReference,
@@ -162,7 +163,7 @@ class CodeVerifier:
             raise ValueError(f"float_tolerance must be >= 0 or None, got {float_tolerance!r}")
         if stderr_chars < 0:
             raise ValueError(f"stderr_chars must be >= 0, got {stderr_chars!r}")
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or default_pool_size()
         self.all_or_nothing = all_or_nothing
         self.float_tolerance = float_tolerance
         # After a failure the reward cannot reach 1: by default the rest is not run.

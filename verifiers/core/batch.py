@@ -12,12 +12,11 @@ group of samples that share a reference sends (and unpickles) that reference onc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .result import Status, VerifyResult
-from .workers import ItemResult, Outcome, WorkerPool
+from .workers import ItemResult, Outcome, WorkerPool, default_pool_size
 
 __all__ = ["BatchRunner", "ItemResult", "Outcome", "as_verify_result", "chunk_size", "default_workers"]
 
@@ -98,11 +97,8 @@ def chunk_size(items: int, workers: int) -> int:
 
 
 def default_workers() -> int:
-    """Worker processes used when a verifier is given workers=None."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """Worker processes used when a verifier is given workers=None (workers.default_pool_size)."""
+    return default_pool_size()
 
 
 def as_verify_result(result: ItemResult) -> VerifyResult:

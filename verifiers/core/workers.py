@@ -49,6 +49,15 @@ FORK_LOCK = threading.Lock()
 _PICKLE = pickle.HIGHEST_PROTOCOL
 #: Extra seconds a wait allows beyond the worst case its chunks can take (spawning, IPC).
 WAIT_GRACE_S = 5.0
+#: Environment: worker processes for each pool built with workers=None (an explicit count).
+WORKERS_ENV = "VERISTEP_WORKERS"
+#: Environment: how many processes on this machine build such pools (verl's reward workers,
+#: one per GPU process...): each takes its share of the CPUs instead of all of them.
+PROCESSES_ENV = "VERISTEP_PROCESSES_PER_NODE"
+#: Without either variable, a pool takes at most this many processes: every reward worker of an
+#: RL stack builds its own pools, and a per-core pool in each of 8 of them on a 64-core node
+#: would fork 512 processes.
+MAX_DEFAULT_WORKERS = 8
 
 
 class Outcome(str, enum.Enum):
@@ -282,6 +291,35 @@ def fork_guard(timeout: float = 5.0) -> Iterator[bool]:
             FORK_LOCK.release()
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_pool_size() -> int:
+    """Worker processes for a pool built with workers=None, sized for the process it runs in.
+
+    `VERISTEP_WORKERS` gives the count; else `VERISTEP_PROCESSES_PER_NODE` (k processes on
+    this machine building pools) gives each a 1/k share of the available CPUs; else the
+    available CPUs, at most `MAX_DEFAULT_WORKERS`. A malformed variable raises ValueError.
+    """
+    for name in (WORKERS_ENV, PROCESSES_ENV):
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
+        if value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+        return value if name == WORKERS_ENV else max(1, available_cpus() // value)
+    return min(available_cpus(), MAX_DEFAULT_WORKERS)
+
+
 class WorkerPool:
     """Worker processes that run `run(prepare(shared), item)` with a hard limit per item."""
 
@@ -294,7 +332,7 @@ class WorkerPool:
         warm_up: Callable[[], None] | None = None,
         memory_limit_mb: int | None = 4096,
     ) -> None:
-        n = workers if workers is not None else (os.cpu_count() or 1)
+        n = workers if workers is not None else default_pool_size()
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
         self.size = n

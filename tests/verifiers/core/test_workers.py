@@ -247,3 +247,50 @@ def test_a_submission_queued_behind_slow_work_waits_for_it() -> None:
         assert p.usable
     finally:
         p.close()
+
+
+# ---- issue 31.4: right-sized default pools ------------------------------------------------------
+def _square(_shared: object, item: int) -> int:
+    return item * item
+
+
+def test_default_pool_size_takes_this_processes_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 64-core node (faked): each of verl's reward workers used to fork one process per core.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    for name in (workers_module.WORKERS_ENV, workers_module.PROCESSES_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert workers_module.available_cpus() == 64
+    assert workers_module.default_pool_size() == workers_module.MAX_DEFAULT_WORKERS == 8
+    monkeypatch.setenv(workers_module.PROCESSES_ENV, "16")
+    assert workers_module.default_pool_size() == 4
+    monkeypatch.setenv(workers_module.PROCESSES_ENV, "128")
+    assert workers_module.default_pool_size() == 1
+    monkeypatch.setenv(workers_module.WORKERS_ENV, "3")
+    assert workers_module.default_pool_size() == 3
+    for bad in ("0", "many", "-2"):
+        monkeypatch.setenv(workers_module.WORKERS_ENV, bad)
+        with pytest.raises(ValueError, match=workers_module.WORKERS_ENV):
+            workers_module.default_pool_size()
+
+
+def test_a_verl_recipe_on_a_64_core_node_forks_a_bounded_number_of_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from veristep.verifiers import adapters
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    for name in (workers_module.WORKERS_ENV, workers_module.PROCESSES_ENV):
+        monkeypatch.delenv(name, raising=False)
+    scorer = adapters.VerlScorer({"math": {"timeout": 3}})
+    math = scorer.verifier("math")
+    pool = math._get_pool()
+    try:
+        assert pool.size <= workers_module.MAX_DEFAULT_WORKERS
+        assert scorer.verifier("tools").workers <= workers_module.MAX_DEFAULT_WORKERS
+        assert scorer.verifier("format").workers <= workers_module.MAX_DEFAULT_WORKERS
+        plain = WorkerPool(lambda shared: shared, _square)
+        assert plain.size == 8
+        plain.close()
+    finally:
+        scorer.close()

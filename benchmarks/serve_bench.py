@@ -95,6 +95,7 @@ def in_process(rows: dict[str, list[dict[str, Any]]], workers: int, parallel: bo
             for r in results:
                 statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
 
+    cpu0 = _tree_cpu_s(os.getpid())
     start = time.perf_counter()
     if parallel:
         threads = [threading.Thread(target=run, args=(kind,)) for kind in rows]
@@ -106,11 +107,12 @@ def in_process(rows: dict[str, list[dict[str, Any]]], workers: int, parallel: bo
         for kind in rows:
             run(kind)
     wall = time.perf_counter() - start
+    cpu = _tree_cpu_s(os.getpid()) - cpu0
     for v in verifiers.values():
         v.close()
     n = sum(len(r) for r in rows.values())
     return {"items": n, "wall_s": round(wall, 3), "items_per_s": round(n / wall, 1), "statuses": statuses,
-            "wall_s_per_kind": per_kind}
+            "wall_s_per_kind": per_kind, "cpu_s": round(cpu, 2), "cpu_ms_per_item": round(1000 * cpu / n, 2)}
 
 
 def start_server(workers: int, max_queue: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
@@ -150,6 +152,29 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(entry))
     return out
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process, its live descendants and the children it reaped.
+
+    CPU time, unlike wall time, hardly depends on what else the machine runs, so the served and
+    in-process CPU per item compare the two at equal work even on a busy machine.
+    """
+    total, todo = 0, [(pid, True)]
+    while todo:
+        p, root = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+        if root:
+            total += int(fields[13]) + int(fields[14])  # cutime, cstime: reaped children
+        todo.extend((c, True) for c in _children(p))
+    return total / _TICK
 
 
 def _tree_rss_mb(pid: int) -> float:
@@ -319,8 +344,12 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
+        cpu0 = _tree_cpu_s(proc.pid)
         result = asyncio.run(load(url, rows, args.clients, args.rows_per_request,
                                   kill_pid=proc.pid if kill else None))
+        cpu = _tree_cpu_s(proc.pid) - cpu0
+        result["server_cpu_s"] = round(cpu, 2)
+        result["server_cpu_ms_per_item"] = round(1000 * cpu / result["items"], 2)
         result["healthy_after"] = httpx.get(url + "/health", timeout=30).status_code == 200
         metrics = httpx.get(url + "/metrics", timeout=30).text
         restarts = re.findall(r'veristep_worker_restarts\{kind="(\w+)"\} ([\d.]+)', metrics)
@@ -371,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     report["overload_2x"] = served(rows, args, max_queue=in_flight // 2, kill=False)
     base = report["in_process_parallel"]["items_per_s"]
     report["served_over_in_process"] = round(report["served"]["items_per_s"] / base, 3)
+    report["server_cpu_over_in_process_cpu"] = round(
+        report["served"]["server_cpu_ms_per_item"] / report["in_process_parallel"]["cpu_ms_per_item"], 3)
     report["served_over_in_process_sequential"] = round(
         report["served"]["items_per_s"] / report["in_process_sequential"]["items_per_s"], 3)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
@@ -387,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "
               f"exit code after SIGTERM {r['exit_code_after_sigterm']}")
     print(f"in process, wall s per kind: {report['in_process_parallel']['wall_s_per_kind']}")
+    print(f"CPU ms per item: in process {report['in_process_parallel']['cpu_ms_per_item']} (threads), "
+          f"{report['in_process_sequential']['cpu_ms_per_item']} (in turn); server "
+          f"{s['server_cpu_ms_per_item']} (its whole process tree, the load generator not counted); "
+          f"ratio {report['server_cpu_over_in_process_cpu']}")
     print(f"\nserved / in process (threads): {report['served_over_in_process']}; "
           f"served / in process (in turn): {report['served_over_in_process_sequential']}")
     print(f"wrote {args.output}")

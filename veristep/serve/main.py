@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from veristep.verifiers.core.workers import PROCESSES_ENV
+
 from .service import ServeConfig, Service
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -89,6 +91,8 @@ def serve(config: ServeConfig, service: Service | None = None) -> int:
     if not shared:
         _run_one(config, sock, service)
         return 0
+    # N servers each building pools: a pool left at workers=None takes a 1/N share of the CPUs
+    os.environ.setdefault(PROCESSES_ENV, str(config.processes))
     children: list[int] = []
     for _ in range(config.processes):
         pid = os.fork()

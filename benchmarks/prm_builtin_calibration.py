@@ -48,6 +48,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work", default="runs/prm-bench", help="folder for traces, labels and models")
     p.add_argument("--out", default=str(RESULTS / "prm_builtin_calibration.json"))
     p.add_argument("--plot", default=str(RESULTS / "prm_builtin_calibration.png"))
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse the traces, labels and models already in --work (costs from their files)")
+    p.add_argument("--skip-mc", action="store_true", help="leave out Monte-Carlo values on the held-out traces")
+    p.add_argument("--mc-traces", type=int, default=0,
+                   help="score Monte-Carlo values on only the first N held-out traces (0: all)")
     return p.parse_args(argv)
 
 
@@ -71,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from veristep.prm.implicit import load_implicit, train_implicit
     from veristep.prm.loader import load_scorer
     from veristep.prm.mc_labels import (
+        LabelBudget,
         PolicyMCScorer,
         load_policy,
         mc_label,
@@ -91,27 +97,35 @@ def main(argv: list[str] | None = None) -> int:
     eval_problems = eval_problems[:args.eval_prompts]
     costs: dict[str, dict[str, Any]] = {}
 
-    _say(f"held-out traces: {len(eval_problems)} prompts x {args.eval_samples}")
-    t0 = time.perf_counter()
-    held = sample_exact_traces(policy, eval_problems, args.eval_samples, seed=1)
     held_path = work / "held_out.jsonl"
-    _write_jsonl(held_path, held)
-    sample_s = time.perf_counter() - t0
+    stages = work / "stages.json"
+    reuse = args.reuse and stages.is_file()
+    if reuse:
+        saved = json.loads(stages.read_text())
+        sample_s, budget = saved["sampling_seconds"], LabelBudget(**saved["label_budget"])
+        rows = [json.loads(line) for line in (work / "labels.jsonl").read_text().splitlines()]
+        _say(f"reusing {work}: traces, labels ({budget.as_dict()}) and models")
+    else:
+        _say(f"held-out traces: {len(eval_problems)} prompts x {args.eval_samples}")
+        t0 = time.perf_counter()
+        held = sample_exact_traces(policy, eval_problems, args.eval_samples, seed=1)
+        _write_jsonl(held_path, held)
+        sample_s = time.perf_counter() - t0
+        _say(f"MC labels: {len(train_problems)} prompts x {args.train_samples}, k={args.k}")
+        pairs = sample_traces(policy, train_problems, args.train_samples, seed=0)
+        rows, budget = mc_label(policy, pairs, args.k, seed=0)
+        _write_jsonl(work / "labels.jsonl", rows)
+        _say(f"label budget {budget.as_dict()}")
 
-    _say(f"MC labels: {len(train_problems)} prompts x {args.train_samples}, k={args.k}")
-    pairs = sample_traces(policy, train_problems, args.train_samples, seed=0)
-    rows, budget = mc_label(policy, pairs, args.k, seed=0)
-    _write_jsonl(work / "labels.jsonl", rows)
-    _say(f"label budget {budget.as_dict()}")
-
-    trained = {}
     for which in ("soft", "hard"):
-        examples = [parse_label_row(r, f"{which}_labels", "\n") for r in rows]
-        cfg = PRMTrainConfig(base=args.policy, labels=which, steps=args.prm_steps, lr=args.prm_lr,
-                             checkpoint_every=100)
-        _say(f"train token-cls PRM on {which} labels, {args.prm_steps} steps")
-        meta = train_prm(examples, cfg, work / f"prm-{which}", restart=True)
-        trained[which] = meta
+        if reuse:
+            meta = json.loads((work / f"prm-{which}" / "veristep_prm.json").read_text())
+        else:
+            examples = [parse_label_row(r, f"{which}_labels", "\n") for r in rows]
+            cfg = PRMTrainConfig(base=args.policy, labels=which, steps=args.prm_steps, lr=args.prm_lr,
+                                 checkpoint_every=100)
+            _say(f"train token-cls PRM on {which} labels, {args.prm_steps} steps")
+            meta = train_prm(examples, cfg, work / f"prm-{which}", restart=True)
         costs[f"trained-{which}"] = {
             "label_rollouts": budget.rollouts, "label_traces": budget.traces,
             "label_continuations": budget.continuations, "label_seconds": round(budget.seconds, 1),
@@ -119,10 +133,20 @@ def main(argv: list[str] | None = None) -> int:
             "train_loss_first_last": [meta["loss_first"], meta["loss_last"]],
             "scoring": "1 forward pass of the PRM per trace"}
 
-    _say(f"implicit PRM: {args.implicit_steps} updates on the outcomes of the same traces")
-    implicit = load_implicit(args.policy, beta=args.implicit_beta, lr=args.implicit_lr, batch_size=32)
-    outcome_rows = [{"prompt": r["prompt"], "completion": r["completion"], "correct": r["correct"]} for r in rows]
-    summary = train_implicit(implicit, outcome_rows, args.implicit_steps, 32, seed=0, output=work / "implicit")
+    if reuse:
+        implicit = load_implicit(str(work / "implicit"))
+        summary = saved["implicit"]
+    else:
+        _say(f"implicit PRM: {args.implicit_steps} updates on the outcomes of the same traces")
+        implicit = load_implicit(args.policy, beta=args.implicit_beta, lr=args.implicit_lr, batch_size=32)
+        outcome_rows = [{"prompt": r["prompt"], "completion": r["completion"], "correct": r["correct"]}
+                        for r in rows]
+        summary = train_implicit(implicit, outcome_rows, args.implicit_steps, 32, seed=0,
+                                 output=work / "implicit")
+        stages.write_text(json.dumps({"sampling_seconds": sample_s, "implicit": summary,
+                                      "label_budget": {k: getattr(budget, k) for k in (
+                                          "traces", "continuations", "continuation_tokens",
+                                          "trace_tokens", "seconds", "k")}}, default=_nan))
     st = implicit.stats
     costs["implicit"] = {
         "label_rollouts": budget.traces, "label_continuations": 0,
@@ -142,18 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         "trained-hard": (load_scorer(f"trained:{work / 'prm-hard'}"), costs["trained-hard"]),
         "implicit": (load_scorer(f"implicit:{work / 'implicit'}"), costs["implicit"]),
     }
+    if args.skip_mc:
+        scorers = {k: v for k, v in scorers.items() if not k.startswith("mc:")}
     results: dict[str, Any] = {}
     scored_all = {}
     for name, (scorer, cost) in scorers.items():
         _say(f"calibrate {name}")
-        report, scored = calibrate(scorer, traces, scorer_name=name, data_names=["builtin:arith"],
+        subset = traces[:args.mc_traces] if name.startswith("mc:") and args.mc_traces else traces
+        report, scored = calibrate(scorer, subset, scorer_name=name, data_names=["builtin:arith"],
                                    n_bootstrap=args.bootstrap, seed=0)
         overall = report.subsets["held_out/overall"]
         if name.startswith("mc:"):
             cost = {"label_rollouts": 0, "scoring_rollouts": scorer.rollouts,
-                    "scoring_rollouts_per_trace": round(scorer.rollouts / len(traces), 2),
+                    "scoring_rollouts_per_trace": round(scorer.rollouts / len(subset), 2),
+                    "scored_traces": len(subset),
                     "scoring": f"k={args.k} continuations of every step prefix of every scored trace"}
-        results[name] = _summary(overall, report.scoring_seconds, len(traces), cost)
+        results[name] = _summary(overall, report.scoring_seconds, len(subset), cost)
         scored_all[name] = scored
     policy.close()
     n_wrong_steps = sum(lab == 0 for t in traces for lab in t.step_labels)

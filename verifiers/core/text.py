@@ -9,16 +9,50 @@ import json
 from typing import Any
 
 
+class TruncatedText(str):
+    """A completion its generator cut off (a length limit, no end-of-sequence token).
+
+    A `str` in every other respect: it passes through every API unchanged, and verifiers that
+    care (math: answers found without a marker are not trusted) read the mark.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TruncatedText, (str(self),))
+
+
+def mark_truncated(text: str, truncated: bool | None = True) -> str:
+    """`text` marked as cut off when `truncated` is true; as a plain `str` when it is false;
+    unchanged when None (no signal)."""
+    if truncated is None:
+        return text
+    return TruncatedText(text) if truncated else str(text)
+
+
+def is_truncated(text: Any) -> bool:
+    """Whether a completion carries the cut-off mark."""
+    return isinstance(text, TruncatedText)
+
+
 def completion_text(value: Any) -> str:
-    """Text of a completion given as a string or as chat messages (assistant content joined)."""
+    """Text of a completion given as a string or as chat messages (assistant content joined).
+
+    A message with ``"truncated": true`` or an OpenAI ``"finish_reason": "length"`` marks the
+    text as cut off (`TruncatedText`).
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
         value = [value]
     if isinstance(value, list):
-        parts = [_message_text(m) for m in value if isinstance(m, dict)]
+        messages = [m for m in value if isinstance(m, dict)]
+        parts = [_message_text(m) for m in messages]
         if parts or not value:
-            return "\n".join(p for p in parts if p)
+            text = "\n".join(p for p in parts if p)
+            cut = any(m.get("truncated") is True or m.get("finish_reason") == "length"
+                      for m in messages)
+            return TruncatedText(text) if cut else text
     raise TypeError(f"completion must be a string or chat messages, got {type(value).__name__}")
 
 

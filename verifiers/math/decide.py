@@ -16,9 +16,17 @@ from fractions import Fraction
 from typing import Any
 
 from ..core.result import Status
+from ..core.text import is_truncated
 from .equiv import EquivConfig, Verdict, compare_monomials, compare_numbers
 from .exact import Monomial, has_several_parts, is_word, parse_monomial
-from .extract import Extraction, ExtractionMode, choice_letter, extract_answer, reference_answer
+from .extract import (
+    Extraction,
+    ExtractionMethod,
+    ExtractionMode,
+    choice_letter,
+    extract_answer,
+    reference_answer,
+)
 from .normalize import (
     ExactNumber,
     colon_pair,
@@ -85,6 +93,10 @@ def prepare_reference(reference: Any) -> Reference:
                      parse_monomial(normalized))
 
 
+#: Extractions without a marker: not trusted in a completion its generator cut off.
+LOOSE_METHODS = frozenset({ExtractionMethod.BARE, ExtractionMethod.MATH, ExtractionMethod.NUMBER})
+
+
 def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMode = "auto") -> Decision:
     """Decide a pair with exact rules; an undecided Decision carries the prediction for sympy."""
     if not isinstance(completion, str):
@@ -94,6 +106,10 @@ def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMo
         return Decision(Verdict(Status.BAD_REFERENCE, ref.problem), ext)
     if ext is None:
         return Decision(Verdict(Status.NO_ANSWER, "no final answer found"), None)
+    if ext.method in LOOSE_METHODS and is_truncated(completion):
+        # A cut-off text ends wherever the length limit fell: its last number is not an answer.
+        return Decision(Verdict(Status.NO_ANSWER, f"truncated completion; only a marked answer "
+                                f"counts, not one found as {ext.method.value}"), ext)
     if ref.letter is not None:
         letter = choice_letter(ext.answer)
         if letter is None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.result import Status, VerifyResult
+from ..core.text import is_truncated
 from ..core.workers import Outcome, Submission, WorkerPool
 from .decide import Reference, decide, prepare_reference
 from .equiv import EquivConfig, PercentMode, Verdict
@@ -201,7 +202,7 @@ class MathVerifier:
     ) -> tuple[VerifyResult | None, tuple[str | RawCompletion, Extraction | None] | None]:
         """Decide in-process when exact rules can; else return the item a worker must judge."""
         if isinstance(completion, str) and len(completion) > INLINE_CHARS and not ref.problem:
-            return None, (RawCompletion(completion, self.extraction), None)
+            return None, (RawCompletion(completion, self.extraction, is_truncated(completion)), None)
         decision = decide(completion, ref, self.config, self.extraction)
         if decision.verdict is not None:
             return _result(decision.verdict, decision.extraction), None

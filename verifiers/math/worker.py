@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.result import Status
+from ..core.text import mark_truncated
 from .decide import Reference, decide
 from .equiv import EquivConfig, ParsedAnswer, Verdict, compare_parsed, parse_answer
 from .extract import Extraction, ExtractionMethod, ExtractionMode
@@ -32,6 +33,8 @@ class RawCompletion:
 
     text: str
     mode: ExtractionMode
+    #: The generator cut it off (the mark does not survive every pickler: kept here too).
+    truncated: bool = False
 
 
 @dataclass
@@ -69,7 +72,8 @@ def judge(state: ReferenceState, item: str | RawCompletion) -> Judgement:
     extraction = None
     try:
         if isinstance(item, RawCompletion):
-            decision = decide(item.text, state.reference, state.config, item.mode)
+            text = mark_truncated(item.text, item.truncated)
+            decision = decide(text, state.reference, state.config, item.mode)
             extraction = _pack(decision.extraction)
             if decision.verdict is not None:
                 v = decision.verdict

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from veristep.verifiers.cli.jsonl_io import iter_jsonl
+from veristep.common.jsonl_io import iter_jsonl
 
 from .base import StepScorer
 from .metrics import (

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from veristep.verifiers.cli.jsonl_io import (
+from veristep.common.jsonl_io import (
     EXIT_DATA,
     EXIT_OK,
     STDIO,

@@ -233,7 +233,7 @@ def parse_label_row(data: dict[str, Any], label_key: str, separator: str) -> Lab
 def iter_label_file(path: str, label_key: str, separator: str,
                     on_error: Callable[[str, int, str], None]) -> Iterator[LabelledExample]:
     """The usable examples of a labels JSONL; each bad line goes to `on_error(path, line, why)`."""
-    from veristep.verifiers.cli.jsonl_io import iter_jsonl
+    from veristep.common.jsonl_io import iter_jsonl
 
     for record in iter_jsonl(path):
         if record.error is not None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from veristep.verifiers.cli.jsonl_io import (
+from veristep.common.jsonl_io import (
     EXIT_DATA,
     EXIT_OK,
     JsonlWriter,

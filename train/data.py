@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from veristep.verifiers.cli.jsonl_io import InputError, LineMessages, UsageError, iter_jsonl
+from veristep.common.jsonl_io import InputError, LineMessages, UsageError, iter_jsonl
 
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 

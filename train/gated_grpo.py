@@ -176,7 +176,7 @@ def train(cfg: Config) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    from veristep.verifiers.cli.jsonl_io import run_command
+    from veristep.common.jsonl_io import run_command
 
     cfg = parse_args(argv)
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from veristep.verifiers.cli.jsonl_io import EXIT_OK, run_command
+from veristep.common.jsonl_io import EXIT_OK, run_command
 
 # Each module exposes `register(subparsers)`, adding its sub-command and setting `func` on it.
 # Listed lazily so `veristep --help` stays fast and a part's heavy imports load only when used.

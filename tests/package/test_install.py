@@ -17,7 +17,8 @@ def _run(code: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_subpackages_import_from_anywhere(tmp_path):
-    proc = _run("import veristep.verifiers, veristep.prm, veristep.gating, veristep.train", tmp_path)
+    proc = _run("import veristep.common, veristep.verifiers, veristep.prm, veristep.gating, veristep.train",
+                tmp_path)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -42,8 +43,8 @@ def test_console_command_has_help(tmp_path):
 
 
 # The source folders and the import names they install under (pyproject.toml's package-dir).
-_ROOTS = {"veristep": "veristep", "verifiers": "veristep.verifiers", "prm": "veristep.prm",
-          "gating": "veristep.gating", "train": "veristep.train"}
+_ROOTS = {"veristep": "veristep", "common": "veristep.common", "verifiers": "veristep.verifiers",
+          "prm": "veristep.prm", "gating": "veristep.gating", "train": "veristep.train"}
 _REPO = Path(__file__).resolve().parents[2]
 
 

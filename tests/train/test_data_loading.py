@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from veristep.common.jsonl_io import UsageError
 from veristep.train.data import build_problems, load_records
-from veristep.verifiers.cli.jsonl_io import UsageError
 
 from veristep.cli import main
 

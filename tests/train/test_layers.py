@@ -1,7 +1,9 @@
-"""The layer rule of docs/architecture.md ("Layers"), checked on every import of the four parts.
+"""The layer rule of docs/architecture.md ("Layers"), checked on every import of the four parts
+and of `common/`.
 
-1. A library module imports from its own part or a lower layer only: verifiers and gating (0,
-   neither imports the other) < prm (1) < train's components and demo (2) < the recipe (3).
+1. A library module imports from its own part or a lower layer only: common (-1, the shared
+   conventions below every part) < verifiers and gating (0, neither imports the other) < prm (1)
+   < train's components and demo (2) < the recipe (3).
 2. No library module imports an edge (commands, adapters, `veristep/`); edges import anything.
 3. One part uses another through that part's package (`veristep.prm`) or the modules the owner
    table of docs/architecture.md lists, not through modules it keeps to itself.
@@ -17,8 +19,8 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = ("verifiers", "gating", "prm", "train")
-LEVEL = {"verifiers": 0, "gating": 0, "prm": 1, "train": 2}
+PARTS = ("common", "verifiers", "gating", "prm", "train")
+LEVEL = {"common": -1, "verifiers": 0, "gating": 0, "prm": 1, "train": 2}
 RECIPE = "train/gated_grpo.py"
 
 #: (importing file, imported file or "*" for all its imports) -> why it is still there. Remove an
@@ -33,9 +35,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("prm/mc_labels.py", "*"): "rule 1: imports the trainer's MC scorer, rewarder and engine",
     ("prm/builtin_traces.py", "*"): "rule 1: imports the demo task",
 }
-#: The shared JSONL / exit-code / error conventions still live in a verifiers edge; every part
-#: imports them (moving them to a neutral module is issue 30, item 5).
-SHARED_EDGE = "verifiers/cli/jsonl_io.py"
 
 
 def is_edge(rel: str) -> bool:
@@ -54,11 +53,11 @@ def documented_modules(root: Path) -> set[str]:
     """The modules docs/architecture.md's owner table lists (a part's interface to the others)."""
     text = (root / "docs" / "architecture.md").read_text(encoding="utf-8")
     cells = [line.split("|")[1] for line in text.splitlines() if line.startswith("| `")]
-    return {m for cell in cells for m in re.findall(r"`((?:verifiers|prm|gating|train)/[\w/]+\.py)`", cell)}
+    return {m for cell in cells for m in re.findall(r"`((?:common|verifiers|prm|gating|train)/[\w/]+\.py)`", cell)}
 
 
 def module_file(module: str, root: Path) -> str | None:
-    """The repository file of a `veristep.*` module (None outside the four parts)."""
+    """The repository file of a `veristep.*` module (None outside the parts and `common`)."""
     parts = module.split(".")
     if parts[0] != "veristep" or len(parts) < 2 or parts[1] not in PARTS:
         return None
@@ -70,7 +69,7 @@ def module_file(module: str, root: Path) -> str | None:
 
 
 def imports(rel: str, root: Path = REPO) -> set[str]:
-    """The files of the four parts that `rel` imports (relative imports resolved)."""
+    """The files of the parts and `common` that `rel` imports (relative imports resolved)."""
     tree = ast.parse((root / rel).read_text(encoding="utf-8"))
     package = ["veristep", *Path(rel).parts[:-1]]
     found: set[str] = set()
@@ -99,8 +98,6 @@ def violations(root: Path = REPO) -> dict[tuple[str, str], str]:
             if is_edge(rel):
                 continue
             for target in imports(rel, root):
-                if target == SHARED_EDGE:
-                    continue
                 src, dst = rel.split("/")[0], target.split("/")[0]
                 if is_edge(target):
                     out[(rel, target)] = "rule 2: a library module imports an edge"
@@ -134,9 +131,13 @@ def test_no_trainer_component_imports_the_recipe():
 
 def test_the_checker_catches_each_rule(tmp_path):
     """On a small tree: an upward import inside a function, written relatively; an edge; a
-    module its part does not list; and a listed one, which passes."""
+    module its part does not list; `common` importing a part; and listed modules, which pass
+    (`common`'s included)."""
     files = {
-        "docs/architecture.md": "| `train/loss.py` | the loss |\n",
+        "docs/architecture.md": "| `train/loss.py` | the loss |\n| `common/io.py` | I/O |\n",
+        "common/io.py": "",
+        "common/up.py": "from veristep.prm import uses\n",
+        "prm/reads.py": "from veristep.common.io import x\n",
         "gating/probe.py": "def f():\n    from ..train import loss\n    return loss\n",
         "train/loss.py": "",
         "train/secret.py": "",
@@ -153,5 +154,7 @@ def test_the_checker_catches_each_rule(tmp_path):
     assert found[("prm/uses.py", "train/cli.py")].startswith("rule 2")
     assert found[("train/reach.py", "prm/uses.py")].startswith("rule 3")
     assert found[("train/reach.py", "gating/probe.py")].startswith("rule 3")
+    assert found[("common/up.py", "prm/uses.py")].startswith("rule 1")
     assert set(found) == {("gating/probe.py", "train/loss.py"), ("prm/uses.py", "train/cli.py"),
-                          ("train/reach.py", "prm/uses.py"), ("train/reach.py", "gating/probe.py")}
+                          ("train/reach.py", "prm/uses.py"), ("train/reach.py", "gating/probe.py"),
+                          ("common/up.py", "prm/uses.py")}

@@ -17,10 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veristep.cli import add_output_option, add_progress_option
-
-from ..core.result import UNJUDGED, Status
-from .jsonl_io import (
+from veristep.common.jsonl_io import (
     EXIT_DATA,
     EXIT_OK,
     STDIO,
@@ -34,6 +31,10 @@ from .jsonl_io import (
     missing_key,
     progress_bar,
 )
+
+from veristep.cli import add_output_option, add_progress_option
+
+from ..core.result import UNJUDGED, Status
 from .runner import (
     LocalBackend,
     chunks,

@@ -16,10 +16,11 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from veristep.common.jsonl_io import JsonlWriter, parse_record
+
 from ..core.batch import as_verify_result, chunk_size
 from ..core.result import Status, Verifier, VerifyResult
 from ..core.workers import ItemResult, Outcome, Submission, WorkerPool
-from .jsonl_io import JsonlWriter, parse_record
 from .runner import (
     RAISED_KEY,
     RunNotices,

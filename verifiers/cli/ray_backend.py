@@ -7,8 +7,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from veristep.common.jsonl_io import UsageError
+
 from ..core.result import VerifyResult
-from .jsonl_io import UsageError
 from .runner import Item, close_verifier, merge, pending, safe_verify_batch
 
 

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.result import Status, Verifier, VerifyResult
-from ..core.text import completion_text
-from .jsonl_io import (
+from veristep.common.jsonl_io import (
     STDIO,
     JsonlWriter,
     LineMessages,
@@ -28,6 +26,9 @@ from .jsonl_io import (
     iter_jsonl,
     missing_key,
 )
+
+from ..core.result import Status, Verifier, VerifyResult
+from ..core.text import completion_text
 
 #: The one key an output line adds to its input line; an earlier result under it is replaced.
 RESULT_KEY = "veristep"

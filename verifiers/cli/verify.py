@@ -12,11 +12,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from veristep.cli import add_output_option, add_progress_option
-
-from ..core.registry import available_kinds, verifier_class
-from . import jsonl_io
-from .jsonl_io import (
+from veristep.common import jsonl_io
+from veristep.common.jsonl_io import (
     EXIT_DATA,
     EXIT_OK,
     STDIO,
@@ -29,6 +26,10 @@ from .jsonl_io import (
     progress_bar,
     require_module,
 )
+
+from veristep.cli import add_output_option, add_progress_option
+
+from ..core.registry import available_kinds, verifier_class
 from .line_pool import line_pool_workers, run_lines
 from .runner import (
     Backend,

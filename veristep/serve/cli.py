@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from veristep.verifiers.cli.jsonl_io import UsageError, require_module
+from veristep.common.jsonl_io import UsageError, require_module
 
 PROG = "veristep serve"
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from veristep import __version__
+from veristep.common.jsonl_io import Record, parse_record
 from veristep.verifiers.adapters import _BadReference
 from veristep.verifiers.async_adapters import reference_from_label
-from veristep.verifiers.cli.jsonl_io import Record, parse_record
 from veristep.verifiers.cli.runner import RAISED_KEY, Item, make_item, output_row
 from veristep.verifiers.core.aio import bridge_for, configure_async
 from veristep.verifiers.core.registry import get_verifier

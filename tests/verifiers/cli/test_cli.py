@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from veristep.common.jsonl_io import iter_jsonl
 from veristep.verifiers import Status, VerifyResult
-from veristep.verifiers.cli.jsonl_io import iter_jsonl
 from veristep.verifiers.cli.verify import parse_config
 from veristep.verifiers.core.registry import register_verifier
 from veristep.verifiers.core.text import completion_text
@@ -431,7 +431,7 @@ def test_ray_backend_missing_is_a_usage_error_with_the_install_command(tmp_path,
 
 
 def test_progress_bar_only_on_a_terminal_for_inputs_longer_than_a_batch(tmp_path, monkeypatch):
-    from veristep.verifiers.cli import jsonl_io
+    from veristep.common import jsonl_io
     from veristep.verifiers.cli.verify import _progress_bar
 
     src = _write(tmp_path / "in.jsonl", ROWS * 3)

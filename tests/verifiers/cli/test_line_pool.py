@@ -8,14 +8,14 @@ import os
 import time
 from pathlib import Path
 
-from veristep.verifiers import Status, VerifyResult
-from veristep.verifiers.cli.jsonl_io import (
+from veristep.common.jsonl_io import (
     JsonlWriter,
     encode_line,
     encode_with,
     iter_jsonl,
     iter_lines,
 )
+from veristep.verifiers import Status, VerifyResult
 from veristep.verifiers.cli.line_pool import line_pool_workers, run_lines
 from veristep.verifiers.cli.runner import LocalBackend, read_items, run_verify
 from veristep.verifiers.tools import ToolCallVerifier

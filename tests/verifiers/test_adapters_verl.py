@@ -40,6 +40,30 @@ ROWS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def fresh_event_loop():
+    """Each test gets its own event loop: verl's managers bind to the current one at
+    construction, and one manager's run (prime's process pool) can leave it closed, which made
+    the remote-manager test fail after it ("Event loop is closed")."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield loop
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One small Ray session for the tests that need it (starting Ray is most of their time)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     from veristep.train.demo.tiny import build_char_tokenizer
@@ -156,26 +180,20 @@ def test_legacy_prime_manager_scores_in_its_process_pool(loaded_by, tokenizer):
     assert _last_token_scores(reward, data) == pytest.approx([r[3] for r in ROWS])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("loaded_by", ["file", "package"])
-def test_remote_manager_scores_in_ray_actors(loaded_by, tokenizer):
+def test_remote_manager_scores_in_ray_actors(loaded_by, tokenizer, ray_session):
     """verl's `remote` reward-loop manager cloudpickles the function into Ray actors."""
-    import ray
     from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
 
     path = str(ADAPTERS_FILE) if loaded_by == "file" else "pkg://veristep.verifiers.adapters"
     config = _config(f"reward.custom_reward_function.path={path}", "reward.reward_manager.name=remote",
                      "reward.num_workers=1")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    try:
-        rm = resolve_reward_manager_cls(config)(config, tokenizer, get_custom_reward_fn(config))
-        data = _data(tokenizer)
+    rm = resolve_reward_manager_cls(config)(config, tokenizer, get_custom_reward_fn(config))
+    data = _data(tokenizer)
 
-        async def score_all():
-            return await asyncio.gather(*(rm.run_single(data[i : i + 1]) for i in range(len(data))))
+    async def score_all():
+        return await asyncio.gather(*(rm.run_single(data[i : i + 1]) for i in range(len(data))))
 
-        outputs = rm.loop.run_until_complete(score_all())
-    finally:
-        ray.shutdown()
+    outputs = rm.loop.run_until_complete(score_all())
     assert [o["reward_score"] for o in outputs] == pytest.approx([r[3] for r in ROWS])
     assert [o["reward_extra_info"]["status"] for o in outputs] == [r[4] for r in ROWS]

@@ -224,6 +224,13 @@ def _worker_main(
 ) -> None:
     """Worker loop: receive (shared, items), prepare once, report each item as it finishes."""
     _die_with_parent(parent_pid)
+    # An event loop of the caller (verl's reward loop) registered its self-pipe as the signal
+    # wake-up fd; that descriptor is closed here, and every signal printed
+    # "OSError: [Errno 9] Bad file descriptor".
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
     # the caller's handlers are not ours: Ctrl-C goes to the caller, which stops the pool
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -294,3 +294,34 @@ def test_a_verl_recipe_on_a_64_core_node_forks_a_bounded_number_of_processes(
         plain.close()
     finally:
         scorer.close()
+
+
+def test_workers_forked_beside_an_event_loop_print_no_stray_tracebacks() -> None:
+    # verl's reward loop runs an asyncio loop whose self-pipe is the signal wake-up fd; a worker
+    # forked from it closed that fd, and each signal then printed "OSError: [Errno 9] Bad file
+    # descriptor" from the worker (issue 31.5).
+    script = textwrap.dedent("""
+        import asyncio, os, signal, time
+        from veristep.verifiers.core.workers import WorkerPool
+
+        def square(_shared, item):
+            return item * item
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGUSR1, lambda: None)
+            pool = WorkerPool(lambda shared: shared, square, 1)
+            results = await loop.run_in_executor(
+                None, lambda: pool.run_chunks([(None, [3])], limit=30.0))
+            for pid in pool.worker_pids():
+                os.kill(pid, signal.SIGUSR1)
+            time.sleep(0.5)
+            print("squared", [r.value for chunk in results for r in chunk])
+            pool.close()
+
+        asyncio.run(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert "squared [9]" in done.stdout, done.stderr[-2000:]
+    assert "Bad file descriptor" not in done.stderr, done.stderr[-2000:]

@@ -19,7 +19,7 @@ from .mc_labels import Policy, sample_traces
 
 def exact_record(prompt: str, completion: str, answer: str, trace_id: str) -> dict[str, Any]:
     """One labelled trace as a `veristep prm calibrate` JSONL record (steps, step_labels, label)."""
-    from veristep.train.demo.task import STEP_SEPARATOR, check_completion
+    from veristep.common.arith_format import STEP_SEPARATOR, check_completion
 
     from .oracle import oracle_labels
 

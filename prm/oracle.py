@@ -1,29 +1,32 @@
 """Oracle step labels for the built-in arithmetic task, exact or with seeded label noise.
 
-A step is right iff it is the reference computation's step at the same position: step line k
-must claim exactly the reference's k-th operation on the reference's running value
-(`veristep.train.demo.task`), and the answer line must give the reference answer. So a step that
-computes correctly from an earlier wrong value is wrong here (the rule PRM, which checks each
-claim locally, calls it right), and so is a locally right step that copied a wrong operand from
-the prompt. The noisy oracle flips each label with probability `eps`; the flip of a step is a
-fixed function of (seed, prompt, completion, step index), so the same trace always gets the same
-labels (a noisy PRM, not a noisy stream).
+A step is right iff it is the reference computation's step at the same position: step line k must
+claim exactly the reference's k-th operation on the reference's running value (the task's format is
+`veristep.common.arith_format`), and the answer line must give the reference answer. So a step that
+computes correctly from an earlier wrong value is wrong here (the rule PRM, which checks each claim
+locally, calls it right), and so is a locally right step that copied a wrong operand from the
+prompt. The noisy oracle flips each label with probability `eps`; the flip of a step is a fixed
+function of (seed, prompt, completion, step index), so the same trace always gets the same labels
+(a noisy PRM, not a noisy stream).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from veristep.common.arith_format import (
+    ANSWER_RE,
+    STEP_RE,
+    apply_op,
+    has_overlong_number,
+    parse_prompt,
+)
+
 from .base import StepScores
 from .steps import split_steps, step_texts
-
-_STEP_RE = re.compile(r"^Step (\d+): (-?\d+)([+\-*])(\d+)=(-?\d+)$")
-_ANSWER_RE = re.compile(r"^Answer: (-?\d+)$")
-_MAX_DIGITS = 30  # longer numbers are never right in this task; int() of them is refused
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,6 @@ class OracleLabels:
 
 def _reference_steps(prompt: str) -> tuple[list[tuple[int, str, int, int]], int]:
     """The reference (a, op, b, result) of each step of a task prompt, and the final answer."""
-    from veristep.train.demo.task import apply_op, parse_prompt
-
     try:
         start, chain = parse_prompt(prompt)
     except ValueError:
@@ -65,14 +66,14 @@ def oracle_labels(prompt: str, completion: str, separator: str = "\n", regex: st
     correct, is_answer = [], []
     for k, text in enumerate(texts):
         line = text.strip()
-        final = _ANSWER_RE.match(line)
+        final = ANSWER_RE.match(line)
         is_answer.append(final is not None)
-        if len(max(re.findall(r"\d+", line), key=len, default="")) > _MAX_DIGITS:
+        if has_overlong_number(line):
             correct.append(False)
         elif final:
             correct.append(int(final[1]) == answer)
         else:
-            step = _STEP_RE.match(line)
+            step = STEP_RE.match(line)
             correct.append(bool(step) and k < len(reference) and (
                 int(step[2]), step[3], int(step[4]), int(step[5])) == reference[k])
     return OracleLabels(spans, texts, correct, is_answer)

@@ -15,20 +15,31 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-#: Separator between the steps of a solution; configure the PRM splitter with it.
-STEP_SEPARATOR: str = "\n"
-ANSWER_PREFIX: str = "Answer: "
-PROMPT_PREFIX: str = "Compute: "
-OPS: str = "+-*"
+# The text format lives below the trainer and the PRM (the oracle scorer reads it too); its
+# names stay importable from here, where they were first defined.
+from veristep.common.arith_format import (
+    ANSWER_PREFIX,
+    OPS,
+    PROMPT_PREFIX,
+    STEP_SEPARATOR,
+    StepCheck,
+    apply_op,
+    check_completion,
+    format_step,
+    parse_prompt,
+    render_expression,
+)
 
-_STEP_RE = re.compile(r"^Step (\d+): (-?\d+)([+\-*])(\d+)=(-?\d+)$")
-_ANSWER_RE = re.compile(r"^Answer: (-?\d+)$")
-# Longer numbers are never right in this task; refusing them keeps int() and * cheap and safe.
-_MAX_DIGITS = 30
+__all__ = [
+    "ANSWER_PREFIX", "DEMO_SHARE", "LEVELS", "MIXED", "MIXED_LEVELS", "OPS", "PARTS",
+    "PROMPT_PREFIX", "STEP_SEPARATOR", "Difficulty", "NoisyDemo", "StepCheck", "apply_op",
+    "check_completion", "difficulty_from_kwargs", "format_step", "make_noisy_demonstrations",
+    "make_problem", "make_problems", "make_splits", "parse_prompt", "problem_part",
+    "render_expression",
+]
 
 
 @dataclass(frozen=True)
@@ -99,17 +110,6 @@ def difficulty_from_kwargs(**difficulty: Any) -> Difficulty | None:
     return Difficulty(**difficulty)
 
 
-def apply_op(a: int, op: str, b: int) -> int:
-    """Apply one of the task's integer operations."""
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    raise ValueError(f"unknown operation {op!r}")
-
-
 def _draw_chain(rng: random.Random, d: Difficulty) -> tuple[int, list[tuple[str, int]]]:
     """Draw a start value and a list of (op, operand) with every intermediate value >= 0."""
     n_steps = rng.randint(d.min_steps, d.max_steps)
@@ -128,21 +128,6 @@ def _draw_chain(rng: random.Random, d: Difficulty) -> tuple[int, list[tuple[str,
         chain.append((op, operand))
         value = apply_op(value, op, operand)
     return start, chain
-
-
-def render_expression(start: int, chain: list[tuple[str, int]]) -> str:
-    """Write the chain with the fewest parentheses under standard precedence."""
-    expr, top_op = str(start), None
-    for op, operand in chain:
-        if op == "*" and top_op in ("+", "-"):
-            expr = f"({expr})"
-        expr, top_op = f"{expr}{op}{operand}", op
-    return expr
-
-
-def format_step(index: int, a: int, op: str, b: int, result: int) -> str:
-    """Write one solution step, e.g. ``Step 2: 15*5=75``."""
-    return f"Step {index}: {a}{op}{b}={result}"
 
 
 def _solution_lines(
@@ -307,53 +292,3 @@ def make_noisy_demonstrations(
             )
         )
     return demos
-
-
-def parse_prompt(prompt: str) -> tuple[int, list[tuple[str, int]]]:
-    """Recover (start, chain) from a task prompt; raises ValueError if it is not one."""
-    expr = prompt.removeprefix(PROMPT_PREFIX).strip().replace("(", "").replace(")", "")
-    tokens = re.findall(r"\d+|[+\-*]", expr)
-    if not tokens or "".join(tokens) != expr or len(tokens) % 2 == 0:
-        raise ValueError(f"not a task prompt: {prompt!r}")
-    start = int(tokens[0])
-    chain = [(tokens[i], int(tokens[i + 1])) for i in range(1, len(tokens), 2)]
-    return start, chain
-
-
-@dataclass(frozen=True)
-class StepCheck:
-    """Exact check of a completion in the task's format (independent of the PRM)."""
-
-    #: per step line: True if its claim ``a op b = c`` is arithmetically right
-    steps_correct: list[bool]
-    #: the integer after ``Answer:`` if the completion has such a line
-    answer: int | None
-    #: whether the answer equals the reference
-    correct: bool
-
-
-def check_completion(completion: str, reference: str) -> StepCheck:
-    """Check every step claim and the final answer of a completion exactly; never raises."""
-    steps_correct: list[bool] = []
-    answer: int | None = None
-    for line in completion.split(STEP_SEPARATOR):
-        line = line.strip()
-        if len(max(re.findall(r"\d+", line), key=len, default="")) > _MAX_DIGITS:
-            steps_correct.append(False)
-            continue
-        step = _STEP_RE.match(line)
-        if step:
-            a, op, b, c = int(step[2]), step[3], int(step[4]), int(step[5])
-            steps_correct.append(apply_op(a, op, b) == c)
-            continue
-        final = _ANSWER_RE.match(line)
-        if final:
-            answer = int(final[1])
-            break
-        if line:
-            steps_correct.append(False)  # a line that is neither a step nor the answer
-    try:
-        correct = answer is not None and answer == int(reference)
-    except ValueError:
-        correct = False
-    return StepCheck(steps_correct, answer, correct)

@@ -329,7 +329,11 @@ def make_cases(questions: list[dict[str, Any]], seed: int) -> list[dict[str, Any
 
 def reference(case: dict[str, Any]) -> dict[str, Any]:
     """The veristep reference for a case: BFCL's function docs and possible answer as shipped."""
-    return {"tools": case["function"], "expected": case["answer"], "format": case["format"]}
+    ref = {"tools": case["function"], "expected": case["answer"], "format": case["format"]}
+    language = case["category"].rsplit("_", 1)[-1]
+    if language in ("java", "javascript"):  # arguments are that language's literals as text
+        ref["language"] = language
+    return ref
 
 
 def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float, float]:

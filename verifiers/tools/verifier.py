@@ -25,6 +25,13 @@ from .parsers import (
     resolve_format,
 )
 from .schema import ToolSchema, Violation, validate_parameter
+from .typing_mode import (
+    check_language,
+    checked_arguments,
+    placeholder,
+    typed_arguments,
+    typed_value,
+)
 
 #: Distinct references a verifier keeps checked (BFCL: about 2,500 questions, in each format).
 _REFERENCE_CACHE = 16384
@@ -44,6 +51,8 @@ class ToolReference:
     #: Alternatives of the expected values that break the function's own schema: left out of
     #: the accepted values (BFCL lists such as ``venue: ["", true]``), reported in the result.
     dropped: tuple[str, ...] = ()
+    #: "java" / "javascript": arguments are that language's literals as strings (typing_mode.py).
+    language: str | None = None
 
 
 class ToolCallVerifier:
@@ -164,8 +173,9 @@ class ToolCallVerifier:
         tools = reference.get("tools") or []
         schema = ToolSchema.from_tools(tools, closed=self.closed_parameters) if tools else None
         fmt = resolve_format(reference.get("format") or self.format)
+        language = check_language(reference.get("language"))
         if "expected" not in reference:
-            return ToolReference(list(tools), schema, None, fmt)
+            return ToolReference(list(tools), schema, None, fmt, language=language)
         expected_raw = reference["expected"]
         if not isinstance(expected_raw, list):
             raise ValueError(
@@ -174,7 +184,9 @@ class ToolCallVerifier:
             )
         try:
             expected = [
-                expected_call(item, schema.get(_name_of(item)) if schema is not None else None)
+                # typed languages: every list is alternatives (collections are code strings)
+                expected_call(item, schema.get(_name_of(item))
+                              if schema is not None and language is None else None)
                 for item in expected_raw
             ]
         except RecursionError:
@@ -183,9 +195,15 @@ class ToolCallVerifier:
             unknown = [e.name for e in expected if schema.get(e.name) is None]
             if unknown:
                 raise ValueError(f"expected calls use functions missing from tools: {unknown}")
-            dropped = [note for call in expected for note in _check_against_schema(call, schema)]
-            return ToolReference(list(tools), schema, expected, fmt, tuple(dropped))
-        return ToolReference(list(tools), schema, expected, fmt)
+            if language is not None:
+                for call in expected:
+                    properties = schema.get(call.name).properties
+                    for param, arg in call.arguments.items():
+                        arg.allowed = [typed_value(v, properties.get(param)) for v in arg.allowed]
+            dropped = [note for call in expected
+                       for note in _check_against_schema(call, schema, language)]
+            return ToolReference(list(tools), schema, expected, fmt, tuple(dropped), language)
+        return ToolReference(list(tools), schema, expected, fmt, language=language)
 
     def verify(self, completion: str, reference: Any) -> VerifyResult:
         """Verify one completion in this process; an unusable reference gives BAD_REFERENCE."""
@@ -291,8 +309,9 @@ class ToolCallVerifier:
             timings = {"parse_s": parsed_at - start}
             return VerifyResult(0.0, False, status, detail, timings=timings, extra=extra)
 
-        calls = [_drop_empty_omissions(call, ref) for call in calls]
-        issues = [ref.schema.validate(call) if ref.schema is not None else [] for call in calls]
+        calls = [_drop_empty_omissions(_typed_call(call, ref), ref) for call in calls]
+        issues = [ref.schema.validate(_checked_call(call, ref)) if ref.schema is not None else []
+                  for call in calls]
         reported = [
             {"call": i, **issue.to_dict()} for i, found in enumerate(issues) for issue in found
         ]
@@ -402,7 +421,24 @@ def _concrete(value: Any) -> bool:
     return True
 
 
-def _check_against_schema(call: ExpectedCall, schema: ToolSchema) -> list[str]:
+def _typed_call(call: ToolCall, ref: ToolReference) -> ToolCall:
+    """The call with language-typed argument strings read as values (java/javascript refs)."""
+    spec = ref.schema.get(call.name) if ref.language and ref.schema is not None else None
+    if spec is None:
+        return call
+    return ToolCall(call.name, typed_arguments(call.arguments, spec.properties))
+
+
+def _checked_call(call: ToolCall, ref: ToolReference) -> ToolCall:
+    """The call as the schema check sees it: collection code passes in a typed language."""
+    spec = ref.schema.get(call.name) if ref.language and ref.schema is not None else None
+    if spec is None:
+        return call
+    return ToolCall(call.name, checked_arguments(call.arguments, spec.properties))
+
+
+def _check_against_schema(call: ExpectedCall, schema: ToolSchema,
+                          language: str | None = None) -> list[str]:
     """Drop the allowed values of an expected call that break its own schema (no call with
     one could be accepted) and say which; ValueError when an argument is left with no allowed
     value and may not be omitted, or the call can never match for another reason."""
@@ -418,7 +454,8 @@ def _check_against_schema(call: ExpectedCall, schema: ToolSchema) -> list[str]:
             continue
         kept, first = [], None
         for value in arg.allowed:
-            found = validate_parameter(spec, param, value) if _concrete(value) else []
+            shown = placeholder(value, spec.properties.get(param)) if language else value
+            found = validate_parameter(spec, param, shown) if _concrete(value) else []
             if found:  # nested allowed values are judged key by key when matched
                 first = first or found[0].message
                 dropped.append(f"{call.name}({param}={value!r:.60}): {found[0].message}")

@@ -428,6 +428,35 @@ def test_alternatives_that_break_the_schema_are_dropped_and_the_rest_judged(veri
     assert result.status is Status.BAD_REFERENCE
 
 
+def test_java_and_javascript_references_read_arguments_as_typed_literals(verifier):
+    # BFCL's Java/JavaScript answers and calls carry "true", "5L", "1.5f", collection code:
+    # BFCL accepts them, and a JSON Schema check called each a wrong type (issue 31.1).
+    tools = [{"name": "Util.run", "parameters": {"type": "dict", "properties": {
+        "flag": {"type": "boolean"}, "n": {"type": "long"}, "x": {"type": "float"},
+        "xs": {"type": "ArrayList"}, "big": {"type": "Bigint"}}, "required": ["flag", "n"]}}]
+    expected = [{"Util.run": {"flag": ["true"], "n": ["5L"], "x": ["1.5f", ""],
+                              "xs": ["new ArrayList<>(Arrays.asList(1, 2))", ""], "big": ["7n", ""]}}]
+    java = {"tools": tools, "expected": expected, "language": "java"}
+    cases = [
+        ({"flag": "true", "n": "5L"}, Status.CORRECT),
+        ({"flag": True, "n": 5, "x": "1.5"}, Status.CORRECT),  # JSON values are read as before
+        ({"flag": "true", "n": "5", "xs": "new ArrayList<>(Arrays.asList(1, 2))", "big": "7n"},
+         Status.CORRECT),
+        ({"flag": "false", "n": "5"}, Status.WRONG_ARGUMENTS),
+        ({"flag": "true", "n": "6L"}, Status.WRONG_ARGUMENTS),
+        ({"flag": "yes", "n": "5"}, Status.SCHEMA_VIOLATION),  # not a Java boolean
+    ]
+    for arguments, status in cases:
+        assert verifier.verify(hermes(("Util.run", arguments)), java).status is status, arguments
+    # Without the language the same reference's values break the schema: unjudged, as before.
+    plain = {"tools": tools, "expected": expected}
+    assert verifier.verify(hermes(("Util.run", {"flag": "true", "n": "5L"})), plain).status \
+        is Status.BAD_REFERENCE
+    unknown = {**java, "language": "cobol"}
+    assert verifier.verify(hermes(("Util.run", {"flag": True, "n": 5})), unknown).status \
+        is Status.BAD_REFERENCE
+
+
 def test_batch_sends_each_reference_once_per_chunk_and_caches_it():
     v = ToolCallVerifier(workers=1)
     ref = {"tools": UNIT_TOOLS, "expected": [{"convert": {"value": [1.0], "note": ["x"]}}]}

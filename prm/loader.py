@@ -45,7 +45,8 @@ def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
             raise ValueError(f"the rule scorer takes no path, got {spec!r}")
         return RuleScorer(**_only(kw, ("neutral", "separator", "regex")))
     if kind == "oracle":
-        from .oracle import OracleScorer, parse_options
+        from .options import parse_options
+        from .oracle import OracleScorer
 
         return OracleScorer(**parse_options(target, {"eps": float, "seed": int}),
                             **_only(kw, ("separator", "regex")))

@@ -26,7 +26,11 @@ from veristep.common.arith_format import (
 )
 
 from .base import StepScores
+from .options import parse_options
 from .steps import split_steps, step_texts
+
+# parse_options lived here first; it stays importable from here (its home is .options).
+__all__ = ["OracleLabels", "OracleScorer", "oracle_labels", "parse_options"]
 
 
 @dataclass(frozen=True)
@@ -117,19 +121,3 @@ class OracleScorer:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         return [self.score(p, c) for p, c in zip(prompts, completions, strict=True)]
-
-
-def parse_options(spec_tail: str, allowed: dict[str, type]) -> dict[str, object]:
-    """`k=4,seed=1` -> {"k": 4, "seed": 1}, typed by `allowed`; unknown or bad values raise ValueError."""
-    out: dict[str, object] = {}
-    for item in filter(None, (p.strip() for p in spec_tail.split(","))):
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep or name not in allowed:
-            raise ValueError(f"scorer option {item!r}: expected one of "
-                             f"{', '.join(f'{k}=...' for k in allowed)}")
-        try:
-            out[name] = allowed[name](value.strip())
-        except ValueError:
-            raise ValueError(f"scorer option {name}={value!r}: not a {allowed[name].__name__}") from None
-    return out

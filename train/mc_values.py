@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from veristep.prm.base import StepScores
-from veristep.prm.oracle import parse_options
+from veristep.prm.options import parse_options
 from veristep.prm.steps import split_steps, step_texts
 
 #: Default continuations per step prefix.

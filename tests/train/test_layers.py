@@ -26,8 +26,6 @@ RECIPE = "train/gated_grpo.py"
 #: (importing file, imported file or "*" for all its imports) -> why it is still there. Remove an
 #: entry with its import.
 KNOWN: dict[tuple[str, str], str] = {
-    ("train/mc_values.py", "prm/oracle.py"):
-        "rule 3: the MC scorer borrows the oracle's option parser; it moves beside the step scorers",
     # Other sessions' work in progress (PRM training data made with the trainer's engine);
     # checked only while the file exists.
     ("prm/mc_labels.py", "*"): "rule 1: imports the trainer's MC scorer, rewarder and engine",

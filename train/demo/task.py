@@ -35,7 +35,7 @@ from veristep.common.arith_format import (
 
 __all__ = [
     "ANSWER_PREFIX", "DEMO_SHARE", "LEVELS", "MIXED", "MIXED_LEVELS", "OPS", "PARTS",
-    "PROMPT_PREFIX", "STEP_SEPARATOR", "Difficulty", "NoisyDemo", "StepCheck", "apply_op",
+    "PROMPT_PREFIX", "STEP_SEPARATOR", "NoisyDemo", "ProblemSpec", "StepCheck", "apply_op",
     "check_completion", "difficulty_from_kwargs", "format_step", "make_noisy_demonstrations",
     "make_problem", "make_problems", "make_splits", "parse_prompt", "problem_part",
     "render_expression",
@@ -43,8 +43,11 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Difficulty:
-    """The difficulty knob: how many operations and how large their operands are."""
+class ProblemSpec:
+    """What problems a level draws: how many operations and how large their operands are.
+
+    (Named apart from `veristep.gating.Difficulty`, a prompt's easy / frontier / hard band.)
+    """
 
     min_steps: int = 2
     max_steps: int = 4
@@ -70,21 +73,21 @@ class Difficulty:
 
 #: Named presets, from "often solved" to "rarely solved" by the warm-started model. A problem
 #: set drawn with no difficulty keywords mixes them evenly (each problem names its level).
-LEVELS: dict[str, Difficulty] = {
-    "easy": Difficulty(min_steps=2, max_steps=2, max_operand=9, max_factor=3),
-    "medium": Difficulty(min_steps=3, max_steps=3, max_operand=9, max_factor=5),
-    "hard": Difficulty(min_steps=4, max_steps=4, max_operand=20, max_factor=9),
+LEVELS: dict[str, ProblemSpec] = {
+    "easy": ProblemSpec(min_steps=2, max_steps=2, max_operand=9, max_factor=3),
+    "medium": ProblemSpec(min_steps=3, max_steps=3, max_operand=9, max_factor=5),
+    "hard": ProblemSpec(min_steps=4, max_steps=4, max_operand=20, max_factor=9),
     # The step-credit condition (docs/experiment.md): long +/- chains whose every step is a
     # one-digit-operand sum, so each step is learnable on its own and the outcome is rarely right.
-    "chain8": Difficulty(min_steps=8, max_steps=8, max_operand=9, ops="+-"),
+    "chain8": ProblemSpec(min_steps=8, max_steps=8, max_operand=9, ops="+-"),
 }
 #: The levels that `level="mixed"` (no difficulty keywords) draws evenly.
 MIXED_LEVELS: tuple[str, ...] = ("easy", "medium", "hard")
 MIXED = "mixed"
 
 
-def difficulty_from_kwargs(**difficulty: Any) -> Difficulty | None:
-    """Build a `Difficulty` from keywords: a `level` preset name, `steps` (int or (lo, hi)), or fields.
+def difficulty_from_kwargs(**difficulty: Any) -> ProblemSpec | None:
+    """Build a `ProblemSpec` from keywords: a `level` preset name, `steps` (int or (lo, hi)), or fields.
 
     Returns None for the even mix of the preset levels (no keywords, or ``level="mixed"``).
     """
@@ -101,16 +104,16 @@ def difficulty_from_kwargs(**difficulty: Any) -> Difficulty | None:
     if steps is not None:
         lo, hi = (steps, steps) if isinstance(steps, int) else tuple(steps)
         difficulty["min_steps"], difficulty["max_steps"] = lo, hi
-    known = {f.name for f in fields(Difficulty)}
+    known = {f.name for f in fields(ProblemSpec)}
     unknown = set(difficulty) - known
     if unknown:
         raise ValueError(
             f"unknown difficulty option(s) {sorted(unknown)}; use level, steps or {sorted(known)}"
         )
-    return Difficulty(**difficulty)
+    return ProblemSpec(**difficulty)
 
 
-def _draw_chain(rng: random.Random, d: Difficulty) -> tuple[int, list[tuple[str, int]]]:
+def _draw_chain(rng: random.Random, d: ProblemSpec) -> tuple[int, list[tuple[str, int]]]:
     """Draw a start value and a list of (op, operand) with every intermediate value >= 0."""
     n_steps = rng.randint(d.min_steps, d.max_steps)
     start = value = rng.randint(1, d.max_operand)
@@ -153,7 +156,7 @@ def _wrong_value(rng: random.Random, value: int) -> int:
     return wrong if wrong >= 0 else value + abs(delta)
 
 
-def make_problem(rng: random.Random, difficulty: Difficulty | None) -> dict[str, Any]:
+def make_problem(rng: random.Random, difficulty: ProblemSpec | None) -> dict[str, Any]:
     """Draw one problem with its reference answer and step-wise reference solution.
 
     `difficulty` None draws the level of the problem evenly from the presets.
@@ -192,7 +195,7 @@ def make_problems(n: int, seed: int, part: str | None = None, **difficulty: Any)
     """Generate `n` problems deterministically from `seed` (keys prompt, answer, solution, num_steps, level).
 
     Difficulty keywords: ``level`` ("easy", "medium", "hard", "chain8", or "mixed": the default,
-    an even mix of easy, medium and hard), ``steps`` (an int or a (min, max) pair), or any `Difficulty`
+    an even mix of easy, medium and hard), ``steps`` (an int or a (min, max) pair), or any `ProblemSpec`
     field (min_steps, max_steps, max_operand, max_factor, ops). `part` ("demo" / "rl") keeps
     only prompts of that part of the problem space (None: all).
     """
@@ -292,3 +295,14 @@ def make_noisy_demonstrations(
             )
         )
     return demos
+
+
+def __getattr__(name: str) -> Any:
+    """Deprecated names: `Difficulty` is `ProblemSpec` (removed in the next release)."""
+    if name == "Difficulty":
+        import warnings
+
+        warnings.warn("veristep.train.demo.task.Difficulty is deprecated and removed in the next "
+                      "release; use ProblemSpec", DeprecationWarning, stacklevel=2)
+        return ProblemSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

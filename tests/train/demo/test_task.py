@@ -153,3 +153,11 @@ def test_rule_prm_scores_every_reference_step_as_correct():
         task.make_problems(1, seed=2, level="hard"), seed=0, step_error_rate=1.0, answer_error_rate=0
     )[0]
     assert all(s < 1.0 for s in scorer.score(demo.prompt, demo.completion).scores[:4])
+
+
+def test_the_old_name_of_problem_spec_still_works_and_warns():
+    with pytest.warns(DeprecationWarning, match="use ProblemSpec"):
+        old = task.Difficulty
+    assert old is task.ProblemSpec and task.LEVELS["easy"] == old(2, 2, 9, 3)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        task.Nope  # noqa: B018

@@ -28,7 +28,7 @@ from veristep.common.jsonl_io import (
 )
 
 from ..core.result import Status, Verifier, VerifyResult
-from ..core.text import completion_text
+from ..core.text import record_completion
 
 #: The one key an output line adds to its input line; an earlier result under it is replaced.
 RESULT_KEY = "veristep"
@@ -60,7 +60,7 @@ def make_item(record: Record, verifier: Verifier, completion_key: str = "complet
     if completion_key not in record.data:
         return Item(record, result=_unjudged(Status.INPUT_ERROR, missing_key(record, completion_key)))
     try:
-        completion = completion_text(record.data[completion_key])
+        completion = record_completion(record.data, completion_key)  # "truncated" marks it
     except TypeError as err:
         return Item(record, result=_unjudged(Status.INPUT_ERROR, f"key {completion_key!r}: {err}"))
     if not _is_unicode(completion):

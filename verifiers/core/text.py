@@ -6,6 +6,7 @@ Shared by the command line (JSONL records) and the TRL / verl adapters (trainer 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -54,6 +55,15 @@ def completion_text(value: Any) -> str:
                       for m in messages)
             return TruncatedText(text) if cut else text
     raise TypeError(f"completion must be a string or chat messages, got {type(value).__name__}")
+
+
+def record_completion(record: Mapping[str, Any], key: str = "completion") -> str:
+    """`completion_text` of ``record[key]``, marked as cut off when the record says so:
+    ``"truncated": true`` or OpenAI's ``"finish_reason": "length"`` (KeyError without `key`)."""
+    text = completion_text(record[key])
+    if record.get("truncated") is True or record.get("finish_reason") == "length":
+        return TruncatedText(text)
+    return text
 
 
 def _message_text(message: dict[str, Any]) -> str:

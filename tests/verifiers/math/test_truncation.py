@@ -54,3 +54,20 @@ def test_the_mark_survives_pickling_and_chat_messages_carry_it():
     assert is_truncated(completion_text([{"role": "assistant", "content": "x", "truncated": True}]))
     assert not is_truncated(completion_text({"role": "assistant", "content": "x",
                                              "finish_reason": "stop"}))
+
+
+def test_the_jsonl_cli_reads_the_mark_from_the_record(tmp_path):
+    import json
+
+    from veristep.cli import main
+
+    rows = [{"completion": CUT, "answer": "72"},
+            {"completion": CUT, "answer": "72", "truncated": True},
+            {"completion": CUT, "answer": "72", "finish_reason": "length"},
+            {"completion": [{"role": "assistant", "content": CUT, "finish_reason": "length"}],
+             "answer": "72"}]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["verify", "math", str(src), "-o", str(out), "--workers", "1"]) == 0
+    statuses = [json.loads(line)["veristep"]["status"] for line in out.read_text().splitlines()]
+    assert statuses == ["correct", "no_answer", "no_answer", "no_answer"]

@@ -5,9 +5,10 @@ or run under the item's deadline in a worker. A degenerate RL sample (a 1 MB run
 digits, brackets, unclosed tags, nested JSON) is fed to each verifier from its own thread while
 a ticker thread checks that the others keep running (no pattern holds the GIL for a second).
 
-The bound is the verifier's time limit + 1 s (in-process verifiers have no limit: 1 s), tripled
-on a machine whose load average exceeds its CPU count, so that a loaded CI runner does not fail
-it; the quadratic and exponential cases it guards against took from 2 s to minutes.
+The bound is the verifier's time limit + 1 s (in-process verifiers have no limit: 1 s), times
+the load average per CPU (at most 6) on a machine busier than its CPU count, so that a loaded CI
+runner does not fail it; the quadratic and exponential cases it guards against took from 2 s to
+minutes.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ INPUTS = {
 
 
 def _slack() -> float:
-    loaded = os.getloadavg()[0] > (os.cpu_count() or 1)
-    return 3.0 if loaded else 1.0
+    """1 on an idle machine; the load per CPU (up to 6) on a busy one."""
+    return max(1.0, min(6.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
 
 
 def _code_verifier(**config: Any) -> Any:

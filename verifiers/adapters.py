@@ -22,7 +22,7 @@ from typing import Any
 
 from veristep.verifiers.core.registry import get_verifier
 from veristep.verifiers.core.result import Status, Verifier, VerifyResult
-from veristep.verifiers.core.text import completion_text
+from veristep.verifiers.core.text import completion_text, mark_truncated
 
 _PACKAGE = "veristep.verifiers.adapters"
 
@@ -124,8 +124,13 @@ class TRLRewardFunction:
         reference_column: str | None = None,
         name: str | None = None,
         remote: str | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
         **config: Any,
     ) -> None:
+        # TRL passes each completion's token ids, up to and including its end-of-sequence
+        # token: one that does not end in it was cut off (mark_truncated, docs/verifiers.md).
+        self._eos = None if eos_token_id is None else frozenset(
+            [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
         if remote is not None:  # verdicts from a `veristep serve` server: no pools here
             if config or not isinstance(verifier, str):
                 raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
@@ -189,6 +194,11 @@ class TRLRewardFunction:
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Score a batch of completions; None where the verifier could not judge."""
         texts = [_safe_text(c) for c in completions]
+        ids = kwargs.get("completion_ids")
+        eos = getattr(self, "_eos", None)  # None in a function pickled by an older veristep
+        if eos is not None and isinstance(ids, (list, tuple)) and len(ids) == len(texts):
+            texts = [mark_truncated(text, bool(row) and _last(row) not in eos)
+                     for text, row in zip(texts, ids, strict=True)]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
         results = _verify(self.verifier, texts, self.references(len(texts), columns))
         self._unjudged.add(results)
@@ -232,19 +242,30 @@ def _safe_text(completion: Any) -> str:
         return str(completion)
 
 
+def _last(row: Any) -> Any:
+    try:
+        last = row[-1]
+    except (TypeError, IndexError, KeyError):
+        return None
+    return int(last) if hasattr(last, "__int__") else last
+
+
 def trl_reward_func(
     verifier: str | Verifier = "math",
     *,
     reference_column: str | None = None,
     name: str | None = None,
     remote: str | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     **config: Any,
 ) -> TRLRewardFunction:
     """Return a TRL reward function: `GRPOTrainer(..., reward_funcs=[trl_reward_func("math")])`.
 
-    `remote="http://host:port"` scores on a `veristep serve` server instead of local pools.
+    `remote="http://host:port"` scores on a `veristep serve` server instead of local pools;
+    `eos_token_id` (the tokenizer's) marks completions that do not end in it as cut off.
     """
-    return TRLRewardFunction(verifier, reference_column=reference_column, name=name, remote=remote, **config)
+    return TRLRewardFunction(verifier, reference_column=reference_column, name=name,
+                             remote=remote, eos_token_id=eos_token_id, **config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,12 @@ import pickle
 
 import pytest
 from veristep.verifiers import Status
-from veristep.verifiers.core.text import TruncatedText, completion_text, is_truncated, mark_truncated
+from veristep.verifiers.core.text import (
+    TruncatedText,
+    completion_text,
+    is_truncated,
+    mark_truncated,
+)
 from veristep.verifiers.math import MathVerifier
 
 CUT = "She sold 40 on Monday and 32 on Tuesday, 40 + 32 = 72, so in total she sol"
@@ -71,3 +76,18 @@ def test_the_jsonl_cli_reads_the_mark_from_the_record(tmp_path):
     assert main(["verify", "math", str(src), "-o", str(out), "--workers", "1"]) == 0
     statuses = [json.loads(line)["veristep"]["status"] for line in out.read_text().splitlines()]
     assert statuses == ["correct", "no_answer", "no_answer", "no_answer"]
+
+
+def test_trl_marks_completions_without_the_end_of_sequence_token():
+    from veristep.verifiers.adapters import trl_reward_func
+
+    reward = trl_reward_func("math", eos_token_id=2, workers=1)
+    try:
+        scores = reward(completions=[CUT, CUT, CUT], answer=["72"] * 3,
+                        completion_ids=[[7, 9, 2], [7, 9, 5], []])
+        assert scores == [1.0, 0.0, 1.0]  # ended in EOS; cut off; no ids: no signal
+        plain = trl_reward_func("math", workers=1)  # no eos_token_id: no signal, as before
+        assert plain(completions=[CUT], answer=["72"], completion_ids=[[7, 9, 5]]) == [1.0]
+        plain.verifier.close()
+    finally:
+        reward.verifier.close()

@@ -51,6 +51,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reuse", action="store_true",
                    help="reuse the traces, labels and models already in --work (costs from their files)")
     p.add_argument("--skip-mc", action="store_true", help="leave out Monte-Carlo values on the held-out traces")
+    p.add_argument("--exact-control", action="store_true",
+                   help="also train the same PRM on the exact labels of the training traces (a control: "
+                   "what the training recipe reaches with perfect labels)")
     p.add_argument("--mc-traces", type=int, default=0,
                    help="score Monte-Carlo values on only the first N held-out traces (0: all)")
     return p.parse_args(argv)
@@ -166,6 +169,24 @@ def main(argv: list[str] | None = None) -> int:
         "trained-hard": (load_scorer(f"trained:{work / 'prm-hard'}"), costs["trained-hard"]),
         "implicit": (load_scorer(f"implicit:{work / 'implicit'}"), costs["implicit"]),
     }
+    if args.exact_control:
+        from veristep.prm.builtin_traces import exact_record
+        from veristep.prm.mc_labels import LabelledExample
+
+        examples = []
+        for r in rows:  # ProcessBench convention: the steps up to the first error, labelled
+            labels = [float(v) for v in exact_record(r["prompt"], r["completion"], r["answer"], "")["step_labels"]
+                      if v is not None]
+            examples.append(LabelledExample(r["prompt"], r["steps"][:len(labels)], labels))
+        _say(f"control: train token-cls PRM on exact labels, {args.prm_steps} steps")
+        meta = train_prm(examples, PRMTrainConfig(base=args.policy, labels="given", steps=args.prm_steps,
+                                                  lr=args.prm_lr, checkpoint_every=100),
+                         work / "prm-exact", restart=True)
+        scorers["trained, exact labels (control)"] = (load_scorer(f"trained:{work / 'prm-exact'}"), {
+            "label_rollouts": budget.traces, "labels": "exact (not available in practice)",
+            "train_steps": meta["train_steps"], "train_seconds": meta["train_seconds"],
+            "train_loss_first_last": [meta["loss_first"], meta["loss_last"]],
+            "scoring": "1 forward pass of the PRM per trace"})
     if args.skip_mc:
         scorers = {k: v for k, v in scorers.items() if not k.startswith("mc:")}
     results: dict[str, Any] = {}

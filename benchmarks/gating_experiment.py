@@ -778,7 +778,10 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{settings.dataset}, G={settings.group_size} x {settings.prompts_per_step}, budget "
              f"{settings.rollout_budget} rollouts, eval {settings.eval_size} prompts x {settings.eval_samples}"
              + ("" if full else f" -- REDUCED RUN ({n_seeds} seeds)"))
-    plot(summary, prefix.with_suffix(".png"), title)
+    try:
+        plot(summary, prefix.with_suffix(".png"), title)
+    except ImportError:  # `make run-step-credit` installs the package alone, without the plot extra
+        print("matplotlib is not installed (pip install 'veristep[plot]'): no plot written", flush=True)
     report = {
         "reduced": not full, "reading_rule": reading_rule, "condition": args.condition,
         "settings": {**asdict(settings), "rollout_budget": settings.rollout_budget},

@@ -407,7 +407,10 @@ def recollect(record_file: Path) -> dict[str, Any]:
     if not ((out / "summary.json").exists() and (out / "metrics.jsonl").exists()):
         return rec
     summary = json.loads((out / "summary.json").read_text())
-    return collect(rec["arm"], rec["seed"], summary, out, rec["wall_s"], rec["trainer_calls"])
+    fresh = collect(rec["arm"], rec["seed"], summary, out, rec["wall_s"], rec["trainer_calls"])
+    if rec.get("mechanism"):  # measured on the final model when the run ended; not rebuilt here
+        fresh["mechanism"] = rec["mechanism"]
+    return fresh
 
 
 def _run_job(job: tuple[Settings, str, int, str]) -> dict[str, Any]:
@@ -501,6 +504,8 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, place
                 row[f"{key}_vs_grpo"] = paired(runs, grpo, key)
             if by_arm.get(placebo_arm) and arm not in (placebo_arm, "grpo"):
                 row[f"{key}_vs_placebo"] = paired(runs, by_arm[placebo_arm], key)
+            if by_arm.get("grpo_lr") and arm not in ("grpo", "grpo_lr"):  # GRPO at the matched step size
+                row[f"{key}_vs_grpo_lr"] = paired(runs, by_arm["grpo_lr"], key)
         if "pass@1_vs_grpo" in row:
             row["verdict"] = verdict(row["pass@1_vs_grpo"], row.get("pass@1_vs_placebo"), margin)
         for key in ("rollouts", "mc_rollouts", "prm_completions", "optimizer_steps", "train_s", "prm_s", "wall_s"):
@@ -553,6 +558,13 @@ def format_tables(summary: dict[str, Any]) -> str:
             f"| {ci(vg)} | {_p(vg)} "
             f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {ci(r.get('greedy_vs_grpo'))} "
             f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
+    lr_rows = [r for r in summary["rows"] if r.get("pass@1_vs_grpo_lr")]
+    if lr_rows:
+        lines += ["", "| arm | vs grpo_lr (GRPO at the matched learning rate), 95% CI | p (sign flip) | seeds |",
+                  "|---" * 4 + "|"]
+        for r in lr_rows:
+            d = r["pass@1_vs_grpo_lr"]
+            lines.append(f"| {r['arm']} | {ci(d)} | {_p(d)} | {len(d['seeds'])} |")
     if any("share_of_ceiling" in r or "step_accuracy" in r for r in summary["rows"]):
         lines += ["", f"| arm | gain as a share of {summary.get('ceiling_arm') or 'the ceiling'}'s (bootstrap 95% CI) "
                   "| per-step accuracy after | by position |", "|---" * 4 + "|"]

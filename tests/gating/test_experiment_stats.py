@@ -210,3 +210,19 @@ def test_verdict_with_an_equivalence_margin():
     assert exp.verdict(inside, None).startswith("null")
     assert exp.verdict(inside, None, margin=0.02).startswith("equivalent")
     assert exp.verdict({"ci95": [-0.03, 0.01], "mean": -0.01}, None, margin=0.02).startswith("null")
+
+
+def test_recollect_keeps_the_final_models_diagnosis(tmp_path):
+    import json
+
+    out = tmp_path / "grpo-seed0"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/rollouts_total": 64, "eval/pass@1": 0.2}) + "\n")
+    (out / "summary.json").write_text(json.dumps({"steps": 1, "rollouts": 64, "accuracy_before": 0.1,
+                                                  "accuracy_after": 0.2}))
+    mech = {"step_accuracy_mean": 0.8, "step_accuracy_by_position": [0.8, 0.8]}
+    (out / "record.json").write_text(json.dumps({**_rec("grpo", 0, 0.2), "trainer_calls": 1, "mechanism": mech}))
+    rec = exp.recollect(out / "record.json")
+    assert rec["mechanism"] == mech
+    row = exp.summarise([rec], ["grpo"], budget=64)["rows"][0]
+    assert row["step_accuracy"]["mean"] == 0.8 and row["step_accuracy_by_position"] == [0.8, 0.8]

@@ -15,10 +15,7 @@ stored with other whitespace is scored as the policy writes it.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -240,32 +237,20 @@ class ImplicitPRM:
 
     def save(self, output: str | Path) -> Path:
         """Write pi_phi, pi_ref (under reference/), the tokenizer and the meta file (last), atomically."""
-        from .train import META_FILE
+        from .train import META_FILE, write_folder_atomically
 
         out = Path(output)
         if out.is_dir() and any(out.iterdir()) and not (out / META_FILE).exists():
             raise ValueError(f"{out} exists and is not a PRM folder; choose another")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
+
+        def write(tmp: Path) -> dict[str, Any]:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
             self.reference.save_pretrained(tmp / "reference")
-            weights = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*.safetensors"))}
-            meta = {"kind": KIND, "beta": self.beta, "lr": self.lr, "mode": self.mode,
-                    "separator": self.separator, "stats": self.stats, "weights": weights}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            if out.exists():
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                os.replace(out, old)
-                os.replace(tmp, out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return out
+            return {"kind": KIND, "beta": self.beta, "lr": self.lr, "mode": self.mode,
+                    "separator": self.separator, "stats": self.stats}
+
+        return write_folder_atomically(out, write)
 
 
 def train_implicit(prm: ImplicitPRM, rows: Sequence[dict[str, Any]], steps: int, batch_size: int,

@@ -266,16 +266,29 @@ def _mean(xs: Sequence[float]) -> float:
 
 def save_prm(model: Any, tokenizer: Any, output: str | Path, meta: dict[str, Any]) -> Path:
     """Write model, tokenizer and META_FILE (last) to a temporary folder, then move it into place."""
+    def write(tmp: Path) -> dict[str, Any]:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        return meta
+
+    return write_folder_atomically(output, write)
+
+
+def write_folder_atomically(output: str | Path, write: Callable[[Path], dict[str, Any]]) -> Path:
+    """Let `write` fill a temporary folder beside `output`, add META_FILE last, then swap it in.
+
+    META_FILE holds the meta `write` returns plus the size of every weights file, so a folder
+    whose weights were cut short is refused on load; an existing `output` is replaced only
+    once the new folder is complete.
+    """
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        weights = sorted(p.name for p in tmp.glob("*.safetensors"))
-        meta = {**meta, "weights": {name: (tmp / name).stat().st_size for name in weights}}
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        meta = write(tmp)
+        weights = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*.safetensors"))}
+        (tmp / META_FILE).write_text(json.dumps({**meta, "weights": weights}, indent=2) + "\n", encoding="utf-8")
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             os.replace(out, old)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .task import ANSWER_PREFIX, STEP_SEPARATOR, apply_op, format_step, parse_prompt
+from .task import ANSWER_PREFIX, STEP_SEPARATOR, _solution_lines, parse_prompt
 
 #: Kinds of first error: a wrong result of a right operation, a mis-read operand or operator, a
 #: line that is not a step, a right chain with a wrong answer line, or a chain stopped early.
@@ -40,18 +40,13 @@ class TraceDiagnosis:
 
 def reference_solution(prompt: str) -> tuple[list[str], str]:
     """The reference step lines of a task prompt and its answer line."""
-    start, chain = parse_prompt(prompt)
-    lines, value = [], start
-    for k, (op, operand) in enumerate(chain):
-        result = apply_op(value, op, operand)
-        lines.append(format_step(k + 1, value, op, operand, result))
-        value = result
+    lines, value = _solution_lines(*parse_prompt(prompt))
     return lines, f"{ANSWER_PREFIX}{value}"
 
 
 def _kind(line: str, reference: str) -> str:
     """Classify a wrong step line against the reference line of the same step."""
-    head_ref, _, result_ref = reference.rpartition("=")
+    head_ref = reference.rpartition("=")[0]
     head, sep, _ = line.rpartition("=")
     if not sep or not line.startswith(reference.split(":", 1)[0] + ":"):
         return "format"

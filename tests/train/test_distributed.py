@@ -188,7 +188,9 @@ except LockstepError as err:
 t = torch.full((1, info.rank + 1, 2 - info.rank), float(info.rank + 1))  # both later dims differ
 result["gathered"] = gather_padded(t, info, fill=-1.0).tolist()
 teardown(info)
-print("RESULT " + json.dumps(result))
+# one file per rank: two ranks printing to a shared stdout can interleave their lines
+with open(f"{sys.argv[1]}/rank{info.rank}.json", "w") as f:
+    json.dump(result, f)
 """
 
 
@@ -197,10 +199,10 @@ def test_lockstep_check_and_padded_gather_on_two_gloo_ranks(tmp_path):
     script.write_text(_COLLECTIVES)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-           f"--master-port={_free_port()}", str(script)]
+           f"--master-port={_free_port()}", str(script), str(tmp_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines() if "RESULT " in line]
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert len(results) == 2 and all(r["refused"] for r in results)  # every rank refuses, none hangs
     expected = [[[1.0, 1.0], [-1.0, -1.0]], [[2.0, -1.0], [2.0, -1.0]]]
     assert all(r["gathered"] == expected for r in results)

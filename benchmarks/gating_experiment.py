@@ -268,10 +268,25 @@ def verdict(vs_grpo: dict[str, Any], vs_placebo: dict[str, Any] | None, margin: 
 # Runs
 
 
+def split_arm(arm: str) -> tuple[str, float]:
+    """An arm name's base arm and learning-rate multiple: `ARM@lrS` is ARM at S times the lr."""
+    base, sep, suffix = arm.partition("@")
+    if base not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)} (optionally ARM@lrS, e.g. grpo@lr2)")
+    if not sep:
+        return base, 1.0
+    try:
+        scale = float(suffix[2:]) if suffix.startswith("lr") else float("nan")
+    except ValueError:
+        scale = float("nan")
+    if not scale > 0:
+        raise ValueError(f"arm {arm!r}: expected ARM@lrS with S a positive learning-rate multiple")
+    return base, scale
+
+
 def trainer_values(settings: Settings, arm: str, seed: int, out: Path, steps: int, resume: bool) -> dict[str, Any]:
     """Trainer fields of one run (or one chunk of a costly arm)."""
-    if arm not in ARMS:
-        raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    arm, lr_scale = split_arm(arm)
     values = dict(seed=seed, steps=steps, resume=resume, output_dir=str(out), dataset=settings.dataset,
                   group_size=settings.group_size, prompts_per_step=settings.prompts_per_step,
                   eval_size=settings.eval_size, eval_samples=settings.eval_samples,
@@ -283,9 +298,11 @@ def trainer_values(settings: Settings, arm: str, seed: int, out: Path, steps: in
         values["credit"] = settings.probe_credit
     values.update(settings.overrides)
     if arm == "grpo_lr":
+        lr_scale *= settings.grpo_lr_scale
+    if lr_scale != 1.0:
         from veristep.train.config import Config
 
-        values["lr"] = float(values.get("lr", Config.lr)) * settings.grpo_lr_scale
+        values["lr"] = float(values.get("lr", Config.lr)) * lr_scale
     return values
 
 
@@ -298,7 +315,7 @@ def run_arm(settings: Settings, arm: str, seed: int, out_root: Path) -> dict[str
     shutil.rmtree(out, ignore_errors=True)
     budget, per_step = settings.rollout_budget, settings.prompts_per_step * settings.group_size
     t0 = time.perf_counter()
-    if arm not in COSTLY_ARMS:
+    if split_arm(arm)[0] not in COSTLY_ARMS:
         summary = train(make_config(**trainer_values(settings, arm, seed, out, settings.steps, False)))
         calls = 1
     else:

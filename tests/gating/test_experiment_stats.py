@@ -88,6 +88,20 @@ def test_arms_build_valid_trainer_configs(tmp_path):
         exp.trainer_values(settings, "nope", 0, tmp_path, 1, False)
 
 
+def test_an_arm_at_a_scaled_learning_rate(tmp_path):
+    """`ARM@lrS` is ARM with its learning rate times S (an lr sweep of any arm)."""
+    from veristep.train.config import Config, make_config
+
+    settings = exp.Settings()
+    cfg = make_config(**exp.trainer_values(settings, "oracle_prefix@lr0.62", 0, tmp_path, 1, False))
+    assert cfg.lr == pytest.approx(0.62 * Config.lr) and cfg.prm == "oracle" and cfg.credit == "prefix"
+    assert make_config(**exp.trainer_values(settings, "grpo@lr2.62", 0, tmp_path, 1, False)).lr == pytest.approx(
+        2.62 * Config.lr)
+    for bad in ("nope@lr2", "grpo@lr", "grpo@lr-1", "grpo@lrx", "grpo@2"):
+        with pytest.raises(ValueError):
+            exp.trainer_values(settings, bad, 0, tmp_path, 1, False)
+
+
 def test_aggregating_finished_runs_builds_no_warm_start(tmp_path):
     import json
 

@@ -130,7 +130,6 @@ _STATUS_REASON: dict[Status, FailureReason] = {
     Status.PROCESS_LIMIT: FailureReason.PROGRAM_ERROR,
     Status.OUTPUT_LIMIT: FailureReason.PROGRAM_ERROR,
     Status.WRONG: FailureReason.MISMATCH,
-    Status.WRONG_ANSWER: FailureReason.MISMATCH,
     Status.UNKNOWN_FUNCTION: FailureReason.MISMATCH,
     Status.SCHEMA_VIOLATION: FailureReason.MISMATCH,
     Status.WRONG_ARGUMENTS: FailureReason.MISMATCH,

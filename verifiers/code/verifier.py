@@ -370,7 +370,7 @@ class CodeVerifier:
             if status is Status.CORRECT and not outputs_match(
                 result.stdout, test.stdout, self.float_tolerance
             ):
-                outcome.status, outcome.detail = Status.WRONG_ANSWER, "output differs"
+                outcome.status, outcome.detail = Status.WRONG, "output differs"
             return outcome
         checks = test.checks if isinstance(test, CallTest) else (None,)
         reports = _reports(result.report, len(checks))
@@ -384,7 +384,7 @@ class CodeVerifier:
                 return outcome
             verdict = _verdict(check, report)
             if verdict is not None:
-                outcome.status, outcome.detail = Status.WRONG_ANSWER, verdict
+                outcome.status, outcome.detail = Status.WRONG, verdict
                 return outcome
         # Every value came back and matched: how the process ended afterwards does not matter.
         outcome.status, outcome.detail = Status.CORRECT, ""

@@ -12,12 +12,15 @@ class Status(str, enum.Enum):
     """Why a verifier gave the reward it gave; one enum for every verifier kind."""
 
     CORRECT = "correct"
+    # judged, and the answer (a number, a program's output, a call) does not match the reference
     WRONG = "wrong"
     NO_ANSWER = "no_answer"
     PARSE_ERROR = "parse_error"
     TIMEOUT = "timeout"
     # code execution
-    WRONG_ANSWER = "wrong_answer"
+    # Deprecated alias of WRONG (a program whose output differs is the same verdict), removed in
+    # the next release; the value "wrong_answer" in older records still reads as WRONG.
+    WRONG_ANSWER = "wrong"
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
     MEMORY_LIMIT = "memory_limit"
@@ -44,6 +47,11 @@ class Status(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> Status | None:
+        # records and server replies written before WRONG_ANSWER became WRONG's alias
+        return cls.WRONG if value == "wrong_answer" else None
 
 
 #: Statuses that mean "the verifier could not judge", as opposed to "the answer is wrong".

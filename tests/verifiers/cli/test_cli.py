@@ -191,8 +191,7 @@ def test_a_reference_the_verifier_rejects_is_bad_reference_not_a_lost_batch(
     proc = _cli("verify", "code", str(src), "-o", str(out), "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     results = [r["veristep"] for r in _read(out)]
-    assert [r["status"] for r in results] == ["correct", "wrong_answer", "bad_reference",
-                                              "bad_reference"]
+    assert [r["status"] for r in results] == ["correct", "wrong", "bad_reference", "bad_reference"]
     assert "unknown language 'cobol'" in results[3]["detail"] and not results[3]["judged"]
     assert f"{src}:3: unusable reference" in proc.stderr and "bad_reference 2" in proc.stderr
 

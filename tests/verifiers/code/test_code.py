@@ -150,13 +150,13 @@ def test_fail_fast_by_default_and_partial_credit_on_request(code_verifier, make_
     # By default the first failure ends the run: the third test never runs (counts as failed).
     result = code_verifier.verify(wrong_on_negatives, _ref())
     assert result.reward == pytest.approx(1 / 3) and not result.correct
-    assert result.status is Status.WRONG_ANSWER
-    assert [t["status"] for t in result.extra["tests"]] == ["correct", "wrong_answer"]
+    assert result.status is Status.WRONG
+    assert [t["status"] for t in result.extra["tests"]] == ["correct", "wrong"]
     assert result.extra["total"] == 3
     every = make_code_verifier(timeout=1.0, stop_on_first_failure=False)
     result = every.verify(wrong_on_negatives, _ref())
     assert result.reward == pytest.approx(2 / 3)
-    assert [t["status"] for t in result.extra["tests"]] == ["correct", "wrong_answer", "correct"]
+    assert [t["status"] for t in result.extra["tests"]] == ["correct", "wrong", "correct"]
     # A program that loops pays the time limit once, not once per test.
     looping = code_verifier.verify("while True:\n    pass\n", _ref())
     assert len(looping.extra["tests"]) == 1 and looping.status is Status.TIMEOUT
@@ -287,7 +287,7 @@ def test_assert_tests(code_verifier, make_code_verifier):
     result = every.verify("def double(x):\n    return x + 2\n", reference)
     assert result.extra["passed"] == 2 and result.reward == pytest.approx(2 / 3)
     assert result.extra["tests"][1]["detail"] == "double(-1) == -2: got 1"
-    assert result.status is Status.WRONG_ANSWER
+    assert result.status is Status.WRONG
 
 
 def test_assert_tests_catch_early_exit_and_errors(code_verifier):
@@ -326,7 +326,7 @@ def test_cpp_failures(code_verifier):
     assert result.status is Status.RUNTIME_ERROR
     assert result.extra["tests"][0]["detail"] == "killed by signal SIGSEGV"
     wrong = "#include <cstdio>\nint main() { std::puts(\"42\"); }"
-    assert code_verifier.verify(wrong, _ref(language="cpp")).status is Status.WRONG_ANSWER
+    assert code_verifier.verify(wrong, _ref(language="cpp")).status is Status.WRONG
     # The compiler itself is sandboxed: including a host secret fails to compile.
     result = code_verifier.verify('#include "/etc/shadow"\nint main(){}', _ref(language="cpp"))
     assert result.status is Status.COMPILE_ERROR
@@ -345,7 +345,7 @@ def test_verify_batch_keeps_order_and_mixes_languages(code_verifier):
     results = code_verifier.verify_batch(completions, references)
     assert [r.status for r in results] == [
         Status.CORRECT,
-        Status.WRONG_ANSWER,
+        Status.WRONG,
         Status.CORRECT,
         Status.TIMEOUT,
         Status.NO_CODE,
@@ -431,7 +431,7 @@ def test_reference_formats(make_code_verifier, reference, good, bad, total):
     from_record = verifier.reference_from_record({"completion": "x", **record})
     results = verifier.verify_batch([good, bad], [from_record, reference])
     assert results[0].correct and results[0].extra["passed"] == total, results[0].extra["tests"]
-    assert not results[1].correct and results[1].status is Status.WRONG_ANSWER
+    assert not results[1].correct and results[1].status is Status.WRONG
     assert verifier.verify(good, reference).correct
 
 

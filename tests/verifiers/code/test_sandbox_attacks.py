@@ -93,7 +93,7 @@ def test_network_connections_fail(attack):
         stop.set()
         thread.join()
         server.close()
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
     assert accepted == []
 
 
@@ -127,7 +127,7 @@ def test_files_written_outside_the_workdir_do_not_persist(attack, code_verifier)
     try:
         # Within one completion: test 1 writes, test 2 would find the files.
         result = attack(code, [{"stdin": stdin, "stdout": "written"}, *_leak_test(stdin)])
-        assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong_answer"
+        assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong"
         # Across completions: a second sandbox would find them.
         again = attack(code, _leak_test(stdin))
         assert again.reward == 0.0
@@ -158,7 +158,7 @@ def test_parent_environment_is_not_visible(attack, monkeypatch):
         print(found or "none")
     """
     result = attack(code, [{"stdin": "", "stdout": token}])
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
 
 
 def test_root_shadow_and_host_tmp_are_unreadable(attack):
@@ -186,7 +186,7 @@ def test_root_shadow_and_host_tmp_are_unreadable(attack):
         result = attack(code, _leak_test(secret_path))
     finally:
         os.unlink(secret_path)
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
 
 
 def test_host_processes_are_invisible_and_unsignalable(attack):
@@ -236,7 +236,7 @@ def test_program_is_not_root_and_has_no_capabilities(attack):
         print("LEAK" if root or any(int(c, 16) for c in caps) else "nobody")
     """
     result = attack(code, _leak_test())
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
 
 
 def test_supervisor_pipes_cannot_be_hijacked(attack):
@@ -256,7 +256,7 @@ def test_supervisor_pipes_cannot_be_hijacked(attack):
         print("LEAK" if opened else "sealed")
     """
     result = attack(code, _leak_test())
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
 
 
 def test_fork_bombs_are_capped_and_cleaned_up(attack):
@@ -401,7 +401,7 @@ def test_ignoring_sigterm_and_daemonising_do_not_survive(attack):
             time.sleep(0.6)
     """
     result = attack(daemon, [{"stdin": "1", "stdout": "first"}, *_leak_test("2")])
-    assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong_answer"
+    assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong"
 
 
 def test_spawned_shells_are_contained(attack):
@@ -423,7 +423,7 @@ def test_spawned_shells_are_contained(attack):
         result = attack(code, _leak_test(), markers=(marker.encode(),))
     finally:
         os.unlink(secret_path)
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
 
 
 def _host_address() -> str:
@@ -467,7 +467,7 @@ def test_kernel_objects_do_not_outlive_a_test(attack):
         print("first" if first else ("LEAK" if found else "clean"))
     """
     result = attack(code, [{"stdin": "1", "stdout": "first"}, *_leak_test("2")])
-    assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong_answer"
+    assert result.extra["passed"] == 1 and result.extra["tests"][1]["status"] == "wrong"
 
 
 # ---- issue 17: state shared between completions, host kernel objects, limits, fakes -----------
@@ -530,7 +530,7 @@ def test_the_callers_session_keyring_is_never_read_written_or_cleared(code_verif
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"status": "wrong_answer", "benign": "correct", "before": "kept-before",
+    assert report == {"status": "wrong", "benign": "correct", "before": "kept-before",
                       "during": "SECRET", "planted": None}
 
 
@@ -558,7 +558,7 @@ def test_a_completion_finds_nothing_of_earlier_completions_in_memory(attack):
         print("LEAK" if found else "nothing")
     """
     result = attack(scavenger, _leak_test())
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER
+    assert result.reward == 0.0 and result.status is Status.WRONG
 
 
 def test_deep_trees_and_full_folders_do_not_reach_later_tests_or_completions(attack,
@@ -632,7 +632,7 @@ def test_persistent_keyrings_and_other_kernel_objects_are_out_of_reach(attack):
         print("LEAK" if key > 0 else "nothing")
     """
     assert attack(plant, [{"stdout": "refused"}]).correct
-    assert attack(look, _leak_test()).status is Status.WRONG_ANSWER
+    assert attack(look, _leak_test()).status is Status.WRONG
 
 
 def test_seccomp_denies_what_programs_never_need(attack, code_verifier):

@@ -22,14 +22,14 @@ def _judged(result, *statuses: Status) -> None:
 
 
 # ---- (a) a failure the program can cause is the program's verdict ----------------------------
-def test_a_returned_value_too_large_to_print_is_a_wrong_answer(code_verifier):
+def test_a_returned_value_too_large_to_print_is_wrong(code_verifier):
     huge = "def f(x):\n    return 10**5000\n"
     result = code_verifier.verify(huge, {"asserts": ["assert f(1) == 2"]})
-    _judged(result, Status.WRONG_ANSWER)
+    _judged(result, Status.WRONG)
     assert "<int of 16610 bits>" in result.detail
     nested = "def f(x):\n    v = []\n    for _ in range(60):\n        v = [v]\n    return v\n"
     result = code_verifier.verify(nested, {"asserts": ["assert f(1) == 2"]})
-    _judged(result, Status.WRONG_ANSWER)
+    _judged(result, Status.WRONG)
     assert len(result.detail) < 400
 
 
@@ -37,7 +37,7 @@ def test_a_report_line_nested_too_deeply_is_ignored_not_a_crash(code_verifier):
     # The program writes its own line on the report channel (fd 3) before the call.
     code = "import os\nos.write(3, b'[' * 200000 + b'\\n')\ndef f(x):\n    return 3\n"
     result = code_verifier.verify(code, {"asserts": ["assert f(1) == 2"]})
-    _judged(result, Status.WRONG_ANSWER)
+    _judged(result, Status.WRONG)
     honest = "import os\nos.write(3, b'{\"index\": ' + b'[' * 200000 + b'\\n')\ndef f(x):\n    return 2\n"
     _judged(code_verifier.verify(honest, {"asserts": ["assert f(1) == 2"]}), Status.CORRECT)
 
@@ -60,7 +60,7 @@ def test_colliding_keys_in_a_report_are_rejected_in_linear_time(make_code_verifi
     finally:
         verifier.close()
     elapsed = time.monotonic() - started
-    _judged(result, Status.WRONG_ANSWER)
+    _judged(result, Status.WRONG)
     assert "one hash value" in result.detail
     assert elapsed < 8.0, f"{elapsed:.1f}s"
 
@@ -175,7 +175,7 @@ def test_queued_messages_cannot_hold_memory_past_the_budget(make_code_verifier):
         result = verifier.verify(textwrap.dedent(code), {"tests": [{"stdout": "LEAK"}]})
     finally:
         verifier.close()
-    assert result.reward == 0.0 and result.status is Status.WRONG_ANSWER, result.detail
+    assert result.reward == 0.0 and result.status is Status.WRONG, result.detail
 
 
 def test_the_report_is_never_trusted_for_the_compile_error_either(code_verifier):

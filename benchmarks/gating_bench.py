@@ -1,7 +1,7 @@
 """Gating benchmark: VeriGate's cost at training scale, and collapse rates by Monte Carlo.
 
 Part 1 times `verigate_advantages` on an N x G x T batch against the plain-Python reference
-(veristep.gating.reference) in the same process, checks that both agree, and sets the cost
+(veristep.gating.spec_loops) in the same process, checks that both agree, and sets the cost
 against one forward pass of the tiny model over the same batch (measured on a few sequences
 of length T and scaled linearly to N x G sequences, since the forward pass is linear in the
 batch size).
@@ -34,7 +34,7 @@ from veristep.gating import (
     process_grpo_advantages,
     verigate_advantages,
 )
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gating_bench.json"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 # Two values count as equal when torch.isclose says so with its defaults; the plain-Python
-# reference (veristep.gating.reference) uses the same two numbers.
+# reference (veristep.gating.spec_loops) uses the same two numbers.
 RTOL = 1e-5
 ATOL = 1e-8
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from veristep.gating import clipped_surrogate, dynamic_sampling_keep, overlong_penalty
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 
 def test_dynamic_sampling_drops_all_right_and_all_wrong():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from veristep.gating import credit_diagnostics, prm_step_advantages, step_kinds, steps_to_tokens
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 # One all-wrong group: o1 slips at step 2 (step 3 right from the wrong value is wrong to the
 # oracle), answer wrong; o2 right steps, miscopied answer; o3 no answer line, its only step wrong.

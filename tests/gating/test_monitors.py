@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from veristep.gating import collapse_mask, collapse_metrics, collapse_stats
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 value = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(-1.0, 2.0, allow_nan=False))
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from veristep.gating import collapse_mask, outcome_advantages
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 LEVELS = [0.0, 0.25, 0.5, 1.0]
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from veristep.gating import outcome_advantages, prm_as_outcome_rewards
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 rows = st.lists(st.lists(st.floats(0.0, 1.0), max_size=5), min_size=1, max_size=6)
 

@@ -20,7 +20,7 @@ from veristep.gating import (
     token_step_from_offsets,
     verigate_advantages,
 )
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 from veristep.train.loss import aggregation_weights
 
 T7_STEPS = [[0.9, 0.5, 0.1], [0.8, 0.2]]

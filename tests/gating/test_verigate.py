@@ -17,7 +17,7 @@ from veristep.gating import (
     steps_to_tokens,
     verigate_advantages,
 )
-from veristep.gating import reference as ref
+from veristep.gating import spec_loops as ref
 
 SETTINGS = settings(max_examples=35, deadline=None)
 

@@ -30,7 +30,7 @@ from veristep.common.jsonl_io import (
 from veristep.cli import add_output_option, add_progress_option
 
 from ..core.registry import available_kinds, verifier_class
-from .line_pool import line_pool_workers, run_lines
+from .raw_line_workers import line_pool_workers, run_lines
 from .runner import (
     Backend,
     LocalBackend,

@@ -17,7 +17,7 @@ HumanEval                   ``{"test": "def check(candidate): ...", "entry_point
 Assertions of the form ``assert E == literal`` (also ``!=``, ``is None/True/False``,
 ``assert E``, ``assert not E``, ``math.isclose(E, literal, ...)``, ``abs(E - literal) < tol``)
 become function tests: E is evaluated in the sandbox, its value comes back as plain data
-(verifiers/code/plain.py) and is compared here, outside the candidate's process. Such a check
+(verifiers/code/plain_data.py) and is compared here, outside the candidate's process. Such a check
 is unfakeable only when E is a direct call of the candidate with literal arguments
 (``f(1, [2, 3], k="x")``, where ``f`` is neither a builtin nor defined by the reference's own
 setup): then the compared value is what the candidate returned. Any other E (``f(x) - y``,
@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .plain import encode_plain
+from .plain_data import encode_plain
 
 #: Languages that assertion and function tests exist for (they run in the sandbox's Python).
 CALL_LANGUAGES = ("python",)

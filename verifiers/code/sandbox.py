@@ -57,8 +57,8 @@ SANDBOX_GID = 65534
 SANDBOX_WORKDIR = "/sandbox"
 
 _HERE = Path(__file__).parent
-# plain.py first: the supervisor encodes function-call results with it.
-_SUPERVISOR_SOURCE = (_HERE / "plain.py").read_text(encoding="utf-8") + "\n" + (
+# plain_data.py first: the supervisor encodes function-call results with it.
+_SUPERVISOR_SOURCE = (_HERE / "plain_data.py").read_text(encoding="utf-8") + "\n" + (
     _HERE / "supervisor.py"
 ).read_text(encoding="utf-8")
 # util-linux unshare: the supervisor starts as root of new user, mount, PID, network, IPC and

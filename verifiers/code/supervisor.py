@@ -1,6 +1,6 @@
 """In-sandbox supervisor: a zygote that gives every completion a fresh, clean container.
 
-This file is not imported by veristep. Its source (after verifiers/code/plain.py) is passed to the
+This file is not imported by veristep. Its source (after verifiers/code/plain_data.py) is passed to the
 sandbox interpreter with `python -I -c`, so it must use the standard library only and run on
 any Python >= 3.8.
 
@@ -686,7 +686,7 @@ def _run_calls(code, namespace, calls):
         if "expr" in call:
             value = eval(compile(call["expr"], "test", "eval"), namespace)
         else:
-            value = target(*decode_plain(call["args"]))  # noqa: F821 - plain.py comes first
+            value = target(*decode_plain(call["args"]))  # noqa: F821 - plain_data.py comes first
         try:
             text = encode_plain(value)  # noqa: F821
         except NotPlainData as exc:  # noqa: F821

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.result import Status, VerifyResult
 from ..core.workers import default_pool_size
-from .plain import decode_plain
+from .plain_data import decode_plain
 from .reference import (
     BadReference,
     CallTest,

@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from ..core.result import Status
-from .exact import Monomial
+from .monomials import Monomial
 from .normalize import ExactNumber, exact_decimals, too_large_to_evaluate
 
 PercentMode = Literal["either", "strip", "divide"]

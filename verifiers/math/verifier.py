@@ -1,8 +1,8 @@
 """MathVerifier: final-answer checking for math completions, exact, hang-proof and batched.
 
-Pipeline per item: prepare the reference (decide.py, once per distinct reference) -> extract
+Pipeline per item: prepare the reference (sympy_free.py, once per distinct reference) -> extract
 the final answer (extract.py) -> normalise (normalize.py) -> decide with exact rules
-(decide.py) -> else judge with sympy (equiv.py) in an isolated worker process
+(sympy_free.py) -> else judge with sympy (equiv.py) in an isolated worker process
 (core/workers.py, WorkerPool) with a hard time limit. The exact steps are bounded,
 linear-time string and `fractions` work and run in the caller's process; a completion longer
 than `INLINE_CHARS` is handed to a worker whole, so even its extraction runs under the limit.
@@ -20,7 +20,7 @@ from typing import Any
 from ..core.result import Status, VerifyResult
 from ..core.text import is_truncated
 from ..core.workers import Outcome, Submission, WorkerPool
-from .decide import Reference, decide, prepare_reference
+from .sympy_free import Reference, decide, prepare_reference
 from .equiv import EquivConfig, PercentMode, Verdict
 from .extract import (
     EXTRACTION_MODES,

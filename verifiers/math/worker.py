@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.result import Status
 from ..core.text import mark_truncated
-from .decide import Reference, decide
+from .sympy_free import Reference, decide
 from .equiv import EquivConfig, ParsedAnswer, Verdict, compare_parsed, parse_answer
 from .extract import Extraction, ExtractionMethod, ExtractionMode
 

@@ -15,7 +15,7 @@ import jsonschema
 from jsonschema import Draft7Validator, Draft202012Validator
 
 from .parsers import ToolCall
-from .schema_fast import Predicate, compile_valid, draft7_schema_ok
+from .schema_shortcuts import Predicate, compile_valid, draft7_schema_ok
 
 # BFCL's function documents use Python, Java and JavaScript type names; JSON Schema spells them
 # differently ("any"/"Any" means no type constraint).

@@ -67,7 +67,7 @@ class ToolCallVerifier:
 
     kind = "tools"
     #: `verify` is the whole check, pure and in this process: the CLI may run it per line in
-    #: its own workers (verifiers/cli/line_pool.py) under `timeout`.
+    #: its own workers (verifiers/cli/raw_line_workers.py) under `timeout`.
     checks_in_process = True
 
     def __init__(

@@ -491,7 +491,7 @@ def test_assertion_forms_become_checks_judged_outside_the_program():
 
 
 def test_plain_values_survive_the_round_trip_and_nothing_else_crosses():
-    from veristep.verifiers.code.plain import NotPlainData, decode_plain, encode_plain
+    from veristep.verifiers.code.plain_data import NotPlainData, decode_plain, encode_plain
 
     values = [None, True, 0, -(10 ** 40), 1.5, float("inf"), "é\ud800", b"\x00", [1, (2, 3)],
               {(1, 2): {"a": frozenset({1})}}, {1, 2}, 2 + 3j, ()]

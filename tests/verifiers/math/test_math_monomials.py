@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from veristep.verifiers.core.result import Status
 from veristep.verifiers.math.equiv import EquivConfig, compare_monomials
-from veristep.verifiers.math.exact import Monomial, has_several_parts, is_word, parse_monomial
+from veristep.verifiers.math.monomials import Monomial, has_several_parts, is_word, parse_monomial
 from veristep.verifiers.math.normalize import normalize_answer
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from ..core.result import Status
 from ..core.text import is_truncated
 from .equiv import EquivConfig, Verdict, compare_monomials, compare_numbers
-from .exact import Monomial, has_several_parts, is_word, parse_monomial
+from .monomials import Monomial, has_several_parts, is_word, parse_monomial
 from .extract import (
     Extraction,
     ExtractionMethod,

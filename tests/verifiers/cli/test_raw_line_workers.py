@@ -16,7 +16,7 @@ from veristep.common.jsonl_io import (
     iter_lines,
 )
 from veristep.verifiers import Status, VerifyResult
-from veristep.verifiers.cli.line_pool import line_pool_workers, run_lines
+from veristep.verifiers.cli.raw_line_workers import line_pool_workers, run_lines
 from veristep.verifiers.cli.runner import LocalBackend, read_items, run_verify
 from veristep.verifiers.tools import ToolCallVerifier
 

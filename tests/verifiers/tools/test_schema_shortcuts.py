@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 from jsonschema import Draft7Validator, Draft202012Validator
-from veristep.verifiers.tools.schema_fast import compile_valid, draft7_schema_ok
+from veristep.verifiers.tools.schema_shortcuts import compile_valid, draft7_schema_ok
 
 _TYPES = ["string", "integer", "number", "boolean", "array", "object", "null"]
 _SCALARS: list[Any] = ["", "a", "km", "Km", "1", 0, 1, -3, 2.0, 2.5, True, False, None, float("inf")]

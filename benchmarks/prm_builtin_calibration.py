@@ -81,13 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     from veristep.prm.mc_labels import (
         LabelBudget,
         PolicyMCScorer,
-        load_policy,
         mc_label,
         parse_label_row,
         sample_traces,
     )
     from veristep.prm.train import PRMTrainConfig, train_prm
     from veristep.train.data import load_records
+    from veristep.train.mc_values import load_policy
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -355,9 +355,10 @@ def _calibrate_command(args: argparse.Namespace) -> int:
 
 def _mc_scorer(args: argparse.Namespace, traces: Sequence) -> Any:
     """`mc:k=K` on the traces' prompts: every trace needs a reference answer (or a built-in prompt)."""
-    from veristep.train.mc_values import parse_mc_spec
+    from veristep.train.mc_values import load_policy  # the trainer's engine and verifiers
 
-    from .mc_labels import PolicyMCScorer, load_policy
+    from .mc_labels import PolicyMCScorer
+    from .mc_values import parse_mc_spec
 
     try:
         opts = parse_mc_spec(args.scorer)

@@ -51,8 +51,9 @@ def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
         return OracleScorer(**parse_options(target, {"eps": float, "seed": int}),
                             **_only(kw, ("separator", "regex")))
     if kind == "mc":
-        raise ValueError(f"{spec!r}: Monte-Carlo step values sample continuations with the policy "
-                         "being trained; use it as the trainer's --prm (veristep.train.mc_values)")
+        raise ValueError(f"{spec!r}: Monte-Carlo step values sample continuations with a policy; use "
+                         "it as the trainer's --prm, or `veristep prm calibrate --scorer mc:k=K --policy DIR` "
+                         "(veristep.prm.mc_values)")
     if kind not in SCORER_KINDS:
         known = ", ".join(f"{k}{'' if k in ('rule', 'oracle', 'mc') else ':PATH'}" for k in SCORER_KINDS)
         raise ValueError(f"unknown scorer spec {spec!r}; use one of {known}")

@@ -1,12 +1,14 @@
 """Step labels from Monte-Carlo continuations (Math-Shepherd): the data `veristep prm train` learns.
 
-A policy samples completions of each problem through the trainer's rollout engine; each step
-prefix but the last is continued k times (`veristep.train.mc_values.MCStepScorer`, the same
-code as the trainer's `mc:k=K` scorer) and the continuations are judged by the outcome
-verifiers. A step's soft label is the share of its continuations that reach the right answer;
-its hard label is 1 when any of them does (Math-Shepherd's "hard estimation"). The last step's
-label is the completion's own outcome. Every continuation is counted, per trace, so the label
-budget can be charged to whatever uses the PRM trained on it.
+A policy samples completions of each problem through a rollout engine; each step prefix but
+the last is continued k times (`veristep.prm.mc_values.MCStepScorer`, the same code as the
+trainer's `mc:k=K` scorer) and the continuations are judged by the outcome verifiers. The
+engine and verifiers come with the `Policy` (the commands load one with the trainer's engine:
+`veristep.train.mc_values.load_policy`); this module imports nothing of the trainer.
+A step's soft label is the share of its continuations that reach the right answer; its hard
+label is 1 when any of them does (Math-Shepherd's "hard estimation"). The last step's label is
+the completion's own outcome. Every continuation is counted, per trace, so the label budget can
+be charged to whatever uses the PRM trained on it.
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ class LabelBudget:
 
 @dataclass
 class Policy:
-    """A causal LM behind the trainer's rollout engine, with the verifiers that judge it."""
+    """A causal LM behind a rollout engine, with the rewarder (outcome verifiers) that judges it.
+
+    `engine.generate(input_ids, k, seeds)` samples k completions per input; `rewarder` has
+    `score(texts, references)`, `references(records)` and `close()` (the trainer's
+    `OutcomeRewarder`).
+    """
 
     path: str
     model: Any
@@ -69,54 +76,6 @@ class Policy:
         self.rewarder.close()
 
 
-def load_policy(path: str, *, max_new_tokens: int = 128, temperature: float = 1.0,
-                device: str | None = None, rollout: str = "hf", verifier: str = "math",
-                batch_prompts: int = 0) -> Policy:
-    """Load a causal LM and its rollout engine; any failure is one ValueError line, nothing loaded."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from veristep.train.rewards import OutcomeRewarder
-    from veristep.train.rollout import build_engine
-
-    from .hf import pick_device
-
-    device = pick_device(device)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
-    except Exception as err:  # noqa: BLE001 - bad folder, missing weights, hub offline: one line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"cannot load policy model {path!r}: {first}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    # The engine reads only these fields of the trainer's config.
-    cfg = _EngineConfig(rollout=rollout, max_completion_len=max_new_tokens, temperature=temperature,
-                        rollout_batch_prompts=batch_prompts, tokenizer=path)
-    engine = build_engine(cfg, model, tokenizer, path, torch.device(device), distributed=False)
-    return Policy(path, model, tokenizer, engine, OutcomeRewarder([verifier], [1.0]), device,
-                  max_new_tokens)
-
-
-@dataclass
-class _EngineConfig:
-    """The subset of the trainer's Config that `build_engine` reads."""
-
-    rollout: str = "hf"
-    max_completion_len: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    dtype: str = "float32"
-    fsdp: bool = False
-    rollout_batch_prompts: int = 0
-    reproducible_rollouts: bool = False
-    seed: int = 0
-    vllm_max_model_len: int | None = None
-    max_prompt_len: int = 256
-    vllm_gpu_memory_utilization: float = 0.5
-    vllm_sleep_mode: bool = False
-    tokenizer: str | None = None
-
-
 def sample_traces(policy: Policy, problems: Sequence[dict[str, Any]], samples: int,
                   seed: int = 0) -> list[tuple[dict[str, Any], str]]:
     """`samples` completions of each problem (keys prompt, answer), as (problem, completion) pairs."""
@@ -134,7 +93,7 @@ def mc_label(policy: Policy, pairs: Sequence[tuple[dict[str, Any], str]], k: int
              separator: str = "\n", seed: int = 0, chunk: int = 16,
              on_chunk: Callable[[int], None] | None = None) -> tuple[list[dict[str, Any]], LabelBudget]:
     """Label every step of every (problem, completion) by k continuations; rows and their cost."""
-    from veristep.train.mc_values import MCStepScorer
+    from .mc_values import MCStepScorer
 
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -257,7 +216,7 @@ class PolicyMCScorer:
 
     def __init__(self, policy: Policy, k: int, answers: dict[str, str], separator: str = "\n",
                  seed: int = 0) -> None:
-        from veristep.train.mc_values import MCStepScorer
+        from .mc_values import MCStepScorer
 
         prompts = list(answers)
         refs = policy.rewarder.references([{"answer": answers[p]} for p in prompts])

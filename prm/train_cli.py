@@ -156,7 +156,7 @@ def _problems(args: argparse.Namespace, messages: LineMessages) -> list[dict[str
 
 
 def _load_policy(args: argparse.Namespace) -> Any:
-    from .mc_labels import load_policy
+    from veristep.train.mc_values import load_policy  # the trainer's engine and verifiers
 
     try:
         return load_policy(args.policy, max_new_tokens=args.max_new_tokens,

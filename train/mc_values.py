@@ -1,118 +1,88 @@
-"""Monte-Carlo step values: the step scorer `mc:k=K`, no trained PRM needed.
+"""The trainer's side of Monte-Carlo step values: `prm.mc_values` given this trainer's engine.
 
-For each step of a completion, the prefix that ends with that step is continued k times by the
-current policy through the trainer's rollout engine; each continuation is judged by the outcome
-verifier(s), and the step's value is the mean reward, mapped to [0, 1] by the reward range
-(Math-Shepherd's soft label, VinePPO's value estimate). The last step's value is the completion's
-own reward (nothing is left to sample). All prefixes of a batch go to the engine in one call,
-each distinct (problem, prefix) once.
-The extra rollouts are counted (`rollouts`), so the trainer can log them and charge them to the
-run's budget.
+The MC scorer itself lives with the other step scorers (`veristep.prm.mc_values`); it samples
+through whatever rollout engine and rewarder it is given. This module wires in the trainer's:
+`build_mc_scorer` makes the `--prm mc:k=K` scorer of a run (its engine samples from the weights
+being trained), and `load_policy` loads a causal LM behind the trainer's rollout engine and
+verifiers as the `Policy` that `veristep prm label` / `prm traces` / `prm calibrate --scorer mc`
+sample with. The scorer's names are re-exported here, where they used to live.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from veristep.prm.base import StepScores
-from veristep.prm.options import parse_options
-from veristep.prm.steps import split_steps, step_texts
+from veristep.prm.mc_labels import Policy
+from veristep.prm.mc_values import DEFAULT_K, MCStepScorer, is_mc_spec, parse_mc_spec
 
-#: Default continuations per step prefix.
-DEFAULT_K = 4
+from .config import Config, ConfigError
+from .data import Problem
+from .distributed import DistInfo
+from .lockstep import refuse_multi_process
+from .rewards import OutcomeRewarder
 
-
-def parse_mc_spec(spec: str) -> dict[str, int]:
-    """`mc`, `mc:k=4`, `mc:k=8,seed=1` -> {"k": ..., "seed": ...}; anything else raises ValueError."""
-    kind, _, tail = spec.partition(":")
-    if kind.strip().lower() != "mc":
-        raise ValueError(f"not a Monte-Carlo scorer spec: {spec!r}")
-    opts = {"k": DEFAULT_K, "seed": 0, **parse_options(tail, {"k": int, "seed": int})}
-    if opts["k"] < 1:
-        raise ValueError(f"{spec!r}: k must be >= 1")
-    return opts
+__all__ = ["DEFAULT_K", "MCStepScorer", "build_mc_scorer", "is_mc_spec", "load_policy", "parse_mc_spec"]
 
 
-def is_mc_spec(spec: str | None) -> bool:
-    """Whether a `prm` spec names the Monte-Carlo scorer."""
-    return bool(spec) and spec.partition(":")[0].strip().lower() == "mc"
+def build_mc_scorer(cfg: Config, engine: Any, tokenizer: Any, rewarder: OutcomeRewarder,
+                    train_set: list[Problem], train_ids: list[list[int]], train_refs: list[list[Any]],
+                    options: dict[str, str], info: DistInfo) -> MCStepScorer:
+    """The run's `mc:k=K` scorer: continuations from `engine`, judged by the run's verifiers."""
+    refuse_multi_process(info, f"prm={cfg.prm!r}", "Monte-Carlo step values: ranks gate different "
+                         "numbers of groups, so their continuation calls would not line up")
+    try:
+        opts = parse_mc_spec(cfg.prm)
+    except ValueError as err:
+        raise ConfigError(f"prm={cfg.prm!r}: {err}") from None
+    contexts = {p.text: (ids, refs) for p, ids, refs in zip(train_set, train_ids, train_refs, strict=True)}
+    return MCStepScorer(opts["k"], engine, tokenizer, rewarder, contexts, regex=None,
+                        low=cfg.reward_low, high=cfg.reward_high(), seed=cfg.seed * 7_919 + opts["seed"],
+                        **options)
 
 
-class MCStepScorer:
-    """Step values from k policy continuations per step prefix, judged by the outcome verifiers.
+def load_policy(path: str, *, max_new_tokens: int = 128, temperature: float = 1.0,
+                device: str | None = None, rollout: str = "hf", verifier: str = "math",
+                batch_prompts: int = 0) -> Policy:
+    """Load a causal LM and the trainer's rollout engine; any failure is one ValueError line."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from veristep.prm.hf import pick_device
 
-    `engine` is the trainer's rollout engine (it samples from the current weights);
-    `rewarder` an `OutcomeRewarder`; `contexts` maps each problem text (what the trainer passes as
-    the prompt) to its model-input token ids and its references. `low` / `high` are the wrong and
-    right reward levels.
-    """
+    from .rollout import build_engine
 
-    kind = "mc"
+    device = pick_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    except Exception as err:  # noqa: BLE001 - bad folder, missing weights, hub offline: one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"cannot load policy model {path!r}: {first}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # The engine reads only these fields of the trainer's config.
+    cfg = _EngineConfig(rollout=rollout, max_completion_len=max_new_tokens, temperature=temperature,
+                        rollout_batch_prompts=batch_prompts, tokenizer=path)
+    engine = build_engine(cfg, model, tokenizer, path, torch.device(device), distributed=False)
+    return Policy(path, model, tokenizer, engine, OutcomeRewarder([verifier], [1.0]), device,
+                  max_new_tokens)
 
-    def __init__(self, k: int, engine: Any, tokenizer: Any, rewarder: Any,
-                 contexts: dict[str, tuple[list[int], list[Any]]], separator: str = "\n",
-                 regex: str | None = None, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if not high > low:
-            raise ValueError(f"need high > low, got {low}, {high}")
-        self.k, self.engine, self.tokenizer, self.rewarder = k, engine, tokenizer, rewarder
-        self.contexts, self.separator, self.regex = contexts, separator, regex
-        self.low, self.high, self.seed = float(low), float(high), int(seed)
-        self.rollouts = 0  # continuations sampled so far (the trainer reads the difference)
-        self.completion_tokens = 0
-        self._calls = 0
 
-    def _value(self, rewards: Sequence[float]) -> float:
-        """Mean reward mapped to [0, 1]."""
-        mean = sum(rewards) / len(rewards)
-        return min(1.0, max(0.0, (mean - self.low) / (self.high - self.low)))
+@dataclass
+class _EngineConfig:
+    """The subset of the trainer's Config that `build_engine` reads."""
 
-    def score(self, prompt: str, completion: str) -> StepScores:
-        """Values of one completion's steps (see `score_batch`)."""
-        return self.score_batch([prompt], [completion])[0]
-
-    def score_batch(self, prompts: Sequence[str], completions: Sequence[str]) -> list[StepScores]:
-        """Split each completion into steps and estimate each step's value by k continuations."""
-        if len(prompts) != len(completions):
-            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        t0 = time.perf_counter()
-        self._calls += 1
-        missing = [p for p in prompts if p not in self.contexts]
-        if missing:
-            raise ValueError(f"mc scorer: no model input for problem {missing[0][:60]!r}")
-        splits = [split_steps(c, self.separator, self.regex) for c in completions]
-        # One engine call for every distinct (problem, step prefix) but a completion's last step:
-        # sampled completions of one prompt often share their first steps, and a shared prefix
-        # has one value, so it is continued once.
-        jobs: dict[tuple[str, str], int] = {}
-        where: dict[tuple[int, int], int] = {}
-        for row, (completion, spans) in enumerate(zip(completions, splits, strict=True)):
-            for j, (_, end) in enumerate(spans[:-1]):
-                where[(row, j)] = jobs.setdefault((prompts[row], completion[:end] + self.separator), len(jobs))
-        keys = list(jobs)
-        prefix_ids = self.tokenizer([p for _, p in keys], add_special_tokens=False)["input_ids"] if keys else []
-        inputs = [list(self.contexts[prompt][0]) + list(ids) for (prompt, _), ids in zip(keys, prefix_ids, strict=True)]
-        seeds = [(self.seed * 1_000_003 + self._calls * 10_007 + i * 7_919) % (2**31 - 1) for i in range(len(keys))]
-        values: dict[tuple[int, int], float] = {}
-        if keys:
-            ro = self.engine.generate(inputs, self.k, seeds)
-            self.rollouts += len(ro)
-            self.completion_tokens += ro.num_tokens()
-            texts = [keys[i // self.k][1] + ro.texts[i] for i in range(len(ro))]
-            refs = [self.contexts[keys[i // self.k][0]][1] for i in range(len(ro))]
-            rewards = self.rewarder.score(texts, refs).rewards.tolist()
-            job_values = [self._value(rewards[n * self.k:(n + 1) * self.k]) for n in range(len(keys))]
-            values = {key: job_values[n] for key, n in where.items()}
-        # The last step's value is the completion's own outcome.
-        last = [(row, len(spans) - 1) for row, spans in enumerate(splits) if spans]
-        if last:
-            own = self.rewarder.score([completions[r] for r, _ in last],
-                                      [self.contexts[prompts[r]][1] for r, _ in last]).rewards.tolist()
-            values.update({key: self._value([v]) for key, v in zip(last, own, strict=True)})
-        seconds = time.perf_counter() - t0
-        return [StepScores(step_texts(c, spans), spans, [values[(row, j)] for j in range(len(spans))],
-                           {"score_s": seconds / max(1, len(completions))})
-                for row, (c, spans) in enumerate(zip(completions, splits, strict=True))]
+    rollout: str = "hf"
+    max_completion_len: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    dtype: str = "float32"
+    fsdp: bool = False
+    rollout_batch_prompts: int = 0
+    reproducible_rollouts: bool = False
+    seed: int = 0
+    vllm_max_model_len: int | None = None
+    max_prompt_len: int = 256
+    vllm_gpu_memory_utilization: float = 0.5
+    vllm_sleep_mode: bool = False
+    tokenizer: str | None = None

@@ -15,10 +15,9 @@ import torch
 from veristep import gating
 
 from .checkpoint import latest_checkpoint, load_checkpoint
-from .config import PRM_METHODS, Config, ConfigError, LossSettings
+from .config import PRM_METHODS, Config, LossSettings
 from .data import Problem, PromptSampler, check_data_files, load_train_and_eval
 from .distributed import DistInfo, unwrap, wrap_model
-from .lockstep import refuse_multi_process
 from .logprobs import resolve_dtype
 from .models import (
     load_model,
@@ -116,22 +115,13 @@ def build_scorer(cfg: Config, engine: Any, tokenizer: Any, rewarder: OutcomeRewa
                  train_ids: list[list[int]], train_refs: list[list[Any]], options: dict[str, str],
                  info: DistInfo) -> Any:
     """The step scorer `cfg.prm` names; `mc:k=K` samples with this run's engine and verifiers."""
-    from .mc_values import MCStepScorer, is_mc_spec, parse_mc_spec
+    from .mc_values import build_mc_scorer, is_mc_spec
 
     if not is_mc_spec(cfg.prm):
         from veristep.prm import load_scorer
 
         return load_scorer(cfg.prm, device=cfg.prm_device or str(info.device), **options)
-    refuse_multi_process(info, f"prm={cfg.prm!r}", "Monte-Carlo step values: ranks gate different "
-                         "numbers of groups, so their continuation calls would not line up")
-    try:
-        opts = parse_mc_spec(cfg.prm)
-    except ValueError as err:
-        raise ConfigError(f"prm={cfg.prm!r}: {err}") from None
-    contexts = {p.text: (ids, refs) for p, ids, refs in zip(train_set, train_ids, train_refs, strict=True)}
-    return MCStepScorer(opts["k"], engine, tokenizer, rewarder, contexts, regex=None,
-                        low=cfg.reward_low, high=cfg.reward_high(), seed=cfg.seed * 7_919 + opts["seed"],
-                        **options)
+    return build_mc_scorer(cfg, engine, tokenizer, rewarder, train_set, train_ids, train_refs, options, info)
 
 
 def _close_on_exit(stack: ExitStack, part: Any) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from veristep.prm import oracle
 from veristep.prm.loader import load_scorer
+from veristep.prm.mc_values import parse_mc_spec
 from veristep.prm.options import parse_options
-from veristep.train.mc_values import parse_mc_spec
 
 
 def test_options_are_typed_and_blank_items_skipped():

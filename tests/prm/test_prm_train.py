@@ -8,7 +8,7 @@ import pytest
 import torch
 from veristep.prm import load_scorer
 from veristep.prm.builtin_traces import exact_record
-from veristep.prm.mc_labels import LabelledExample, load_policy, mc_label, parse_label_row
+from veristep.prm.mc_labels import LabelledExample, mc_label, parse_label_row
 from veristep.prm.train import (
     META_FILE,
     PRMTrainConfig,
@@ -17,6 +17,7 @@ from veristep.prm.train import (
     train_prm,
 )
 from veristep.train.demo import task
+from veristep.train.mc_values import load_policy
 
 from veristep.cli import main
 

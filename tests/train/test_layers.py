@@ -25,11 +25,7 @@ RECIPE = "train/gated_grpo.py"
 
 #: (importing file, imported file or "*" for all its imports) -> why it is still there. Remove an
 #: entry with its import.
-KNOWN: dict[tuple[str, str], str] = {
-    # Other sessions' work in progress (PRM training data made with the trainer's engine);
-    # checked only while the file exists.
-    ("prm/mc_labels.py", "*"): "rule 1: imports the trainer's MC scorer, rewarder and engine",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def is_edge(rel: str) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from veristep.train.config import make_config
 from veristep.train.gated_grpo import train
-from veristep.train.mc_values import MCStepScorer, parse_mc_spec
+from veristep.prm.mc_values import MCStepScorer, parse_mc_spec
 from veristep.train.rewards import OutcomeRewarder
 from veristep.train.rollout import HFRolloutEngine, SamplingConfig
 from veristep.train.tracking import read_metrics
@@ -98,3 +98,12 @@ def test_trainer_counts_mc_rollouts_in_the_budget(small_config):
     # Every value is 0 under NEVER, so is the group's start value: delta credit is 0 throughout
     assert all(r["adv/nonzero_frac"] == 0 for r in rows)
     assert all(r["gate/prm_flat_groups"] == 2 for r in rows)
+
+
+def test_the_trainer_module_is_an_adapter_of_the_prm_scorer():
+    # The scorer lives with the step scorers; the trainer's module keeps its old names.
+    from veristep.prm import mc_values as prm_mc
+    from veristep.train import mc_values as train_mc
+
+    assert train_mc.MCStepScorer is prm_mc.MCStepScorer and train_mc.parse_mc_spec is prm_mc.parse_mc_spec
+    assert train_mc.is_mc_spec("mc:k=2") and not train_mc.is_mc_spec("rule")

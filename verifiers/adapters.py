@@ -346,6 +346,31 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def truncation_flag(extra_info: Mapping[str, Any] | None) -> bool | None:
+    """Whether verl's `extra_info` says the response was cut off; None when it says nothing.
+
+    verl 0.9.1 passes `compute_score` no such signal of its own (the text is decoded without
+    special tokens, and its vLLM server reports "length" and "stop" alike as "completed"), so
+    the flag comes from `extra_info["truncated"]` (set by `VeristepRewardManager`, or by your
+    own rollout code), or a `finish_reason` / `stop_reason` of "length" there.
+    """
+    if not isinstance(extra_info, Mapping):
+        return None
+    flag = extra_info.get("truncated")
+    if flag is not None and not isinstance(flag, str):
+        try:
+            return bool(flag)
+        except (TypeError, ValueError):  # e.g. a numpy array of several values
+            return None
+    if isinstance(flag, str) and flag.strip().lower() in ("true", "false", "1", "0"):
+        return flag.strip().lower() in ("true", "1")
+    for key in ("finish_reason", "stop_reason"):
+        reason = extra_info.get(key)
+        if isinstance(reason, str) and reason:
+            return reason == "length"
+    return None
+
+
 def _reference_record(
     kind: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -448,7 +473,8 @@ class VerlScorer:
                     f"ground_truth/extra_info lack {err.args[0]!r}, which the {kind} verifier "
                     "needs as its reference"
                 ) from None
-            texts = [_safe_text(solution_strs[i]) for i in idx]
+            texts = [mark_truncated(_safe_text(solution_strs[i]), truncation_flag(infos[i]))
+                     for i in idx]
             results = _verify(verifier, texts, refs)
             self._unjudged.add(results)
             for i, result in zip(idx, results, strict=True):
@@ -556,6 +582,7 @@ __all__ = [
     "compute_score_batch",
     "kind_for_data_source",
     "trl_reward_func",
+    "truncation_flag",
     "verl_score",
 ]
 

@@ -197,3 +197,94 @@ def test_remote_manager_scores_in_ray_actors(loaded_by, tokenizer, ray_session):
     outputs = rm.loop.run_until_complete(score_all())
     assert [o["reward_score"] for o in outputs] == pytest.approx([r[3] for r in ROWS])
     assert [o["reward_extra_info"]["status"] for o in outputs] == [r[4] for r in ROWS]
+
+
+# ---------------------------------------------------------------------------------------------
+# Truncation (issue 31.3): verl passes compute_score no end-of-sequence flag of its own.
+
+CUT = "She sold 40 on Monday and 32 on Tuesday, 40 + 32 = 72, so in total she sol"
+
+
+def test_compute_score_reads_the_explicit_truncation_flag():
+    plain = adapters.compute_score("openai/gsm8k", CUT, "72", {"index": 0})
+    assert plain["status"] == "correct"  # no signal: judged as before
+    for info in ({"truncated": True}, {"truncated": np.bool_(True)}, {"truncated": "true"},
+                 {"finish_reason": "length"}, {"stop_reason": "length"}):
+        cut = adapters.compute_score("openai/gsm8k", CUT, "72", info)
+        assert (cut["score"], cut["status"], cut["judged"]) == (0.0, "no_answer", True), info
+    for info in ({"truncated": False}, {"finish_reason": "stop"}):
+        assert adapters.compute_score("openai/gsm8k", CUT, "72", info)["status"] == "correct", info
+    # an answer stated with a marker before the limit keeps its reward
+    boxed = adapters.compute_score("openai/gsm8k", "so \\boxed{72}, and then we ch", "72",
+                                   {"truncated": True})
+    assert boxed["score"] == 1.0
+    batch = adapters.compute_score_batch(["gsm8k", "gsm8k"], [CUT, CUT], ["72", "72"],
+                                         [{"truncated": True}, None])
+    assert [s["status"] for s in batch] == ["no_answer", "correct"]
+
+
+def _window_data(tokenizer, rows: list[tuple[str, bool]], width: int) -> DataProto:
+    """Responses in a `width`-token window; each row's text, then the eos token if the bool says."""
+    prompt_len = 2
+    prompts = torch.full((len(rows), prompt_len), tokenizer.pad_token_id, dtype=torch.long)
+    responses = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), prompt_len + width), dtype=torch.long)
+    for i, (text, eos) in enumerate(rows):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = (ids + [tokenizer.eos_token_id] if eos else ids)[:width]
+        prompts[i, -1] = tokenizer.pad_token_id + 1
+        mask[i, prompt_len - 1] = 1
+        responses[i, : len(ids)] = torch.tensor(ids)
+        mask[i, prompt_len : prompt_len + len(ids)] = 1
+    return DataProto.from_dict(
+        tensors={"prompts": prompts, "responses": responses, "attention_mask": mask,
+                 "input_ids": torch.cat([prompts, responses], dim=1)},
+        non_tensors={
+            "data_source": np.array(["openai/gsm8k"] * len(rows), dtype=object),
+            "reward_model": np.array([{"ground_truth": "72", "style": "rule"}] * len(rows), dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
+        },
+    )
+
+
+@pytest.mark.parametrize("manager", ["VeristepRewardManager", "VeristepDAPORewardManager"])
+def test_veristep_manager_marks_responses_cut_by_the_length_limit(manager, tokenizer):
+    """Loaded the documented way (importlib source, by file path) and run by verl's reward loop."""
+    from veristep.verifiers import verl_manager
+    from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
+
+    width = len(CUT)
+    config = _config(f"reward.custom_reward_function.path={ADAPTERS_FILE}",
+                     "reward.reward_manager.source=importlib",
+                     f"reward.reward_manager.name={manager}",
+                     f"reward.reward_manager.module.path={verl_manager.__file__}")
+    cls = resolve_reward_manager_cls(config)
+    assert cls is getattr(verl_manager, manager)  # the installed package's class, loaded by path
+    rm = cls(config, tokenizer, get_custom_reward_fn(config))
+    rows = [
+        (CUT, False),                              # fills the window, no eos: cut off
+        (CUT[:-4] + " 72", True),                  # eos as the window's last token: finished
+        (CUT[:-4], False),                         # stopped before the limit (a stop string)
+        ("so \\boxed{72}, and " + "x" * width, False),  # cut off after a marked answer
+    ]
+    data = _window_data(tokenizer, rows, width)
+    infos_before = [dict(d) for d in data.non_tensor_batch["extra_info"]]
+
+    async def score_all():
+        return await asyncio.gather(*(rm.run_single(data[i : i + 1]) for i in range(len(data))))
+
+    outputs = rm.loop.run_until_complete(score_all())
+    assert [o["reward_extra_info"]["status"] for o in outputs] == ["no_answer", "correct", "correct", "correct"]
+    assert [o["reward_score"] for o in outputs][:3] == pytest.approx([0.0, 1.0, 1.0])
+    # the batch's own extra_info dicts are left as they were
+    assert [dict(d) for d in data.non_tensor_batch["extra_info"]] == infos_before
+
+
+def test_response_truncated_rule(tokenizer):
+    from veristep.verifiers.verl_manager import eos_ids, response_truncated
+
+    eos = eos_ids(tokenizer)
+    assert eos == {tokenizer.eos_token_id}
+    assert eos_ids(type("T", (), {"eos_token_id": [5, 7]})(), extra=[9]) == {5, 7, 9}
+    data = _window_data(tokenizer, [(CUT, False), ("", False), (CUT[:-1], True)], len(CUT))
+    assert [response_truncated(data[i], eos) for i in range(3)] == [True, False, False]

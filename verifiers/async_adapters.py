@@ -24,12 +24,14 @@ from veristep.verifiers.adapters import (
     _TRL_EXTRAS,
     TRLRewardFunction,
     _BadReference,
+    _last,
     _safe_text,
     _UnjudgedLog,
 )
 from veristep.verifiers.core.aio import averify_batch
 from veristep.verifiers.core.registry import get_verifier
 from veristep.verifiers.core.result import Status, Verifier, VerifyResult
+from veristep.verifiers.core.text import mark_truncated
 
 
 async def _averify(verifier: Verifier, texts: Sequence[str], refs: Sequence[Any]) -> list[VerifyResult]:
@@ -53,6 +55,12 @@ class AsyncTRLRewardFunction(TRLRewardFunction):
     async def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         """Score a batch of completions without blocking TRL's loop; None where unjudged."""
         texts = [_safe_text(c) for c in completions]
+        ids = kwargs.get("completion_ids")
+        eos = getattr(self, "_eos", None)
+        if eos is not None and isinstance(ids, (list, tuple)) and len(ids) == len(texts):
+            # as the blocking function: no end-of-sequence token at the end means cut off
+            texts = [mark_truncated(text, bool(row) and _last(row) not in eos)
+                     for text, row in zip(texts, ids, strict=True)]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
         results = await _averify(self.verifier, texts, self.references(len(texts), columns))
         self._unjudged.add(results)
@@ -66,14 +74,16 @@ def async_trl_reward_func(
     reference_column: str | None = None,
     name: str | None = None,
     remote: str | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     **config: Any,
 ) -> AsyncTRLRewardFunction:
     """An `async def` TRL reward function: `GRPOTrainer(reward_funcs=[async_trl_reward_func("math")])`.
 
-    `remote="http://host:port"` awaits a `veristep serve` server instead of local pools.
+    `remote="http://host:port"` awaits a `veristep serve` server instead of local pools;
+    `eos_token_id` (the tokenizer's) marks completions that do not end in it as cut off.
     """
     return AsyncTRLRewardFunction(verifier, reference_column=reference_column, name=name, remote=remote,
-                                  **config)
+                                  eos_token_id=eos_token_id, **config)
 
 
 def reference_from_label(verifier: Verifier, label: Any) -> Any:
@@ -155,7 +165,8 @@ class SlimeRewardModel:
         out: list[Any] = [None] * len(samples)
         for kind, idx in by_kind.items():
             verifier = self.verifier(kind)
-            texts = [_safe_text(getattr(samples[i], "response", "")) for i in idx]
+            texts = [mark_truncated(_safe_text(getattr(samples[i], "response", "")), slime_sample_cut(args, samples[i]))
+                     for i in idx]
             refs = [reference_from_label(verifier, getattr(samples[i], "label", None)) for i in idx]
             results = await _averify(verifier, texts, refs)
             self._unjudged.add(results)
@@ -170,6 +181,21 @@ class SlimeRewardModel:
             return reward
         return {"reward": reward, "judged": bool(result.judged), "status": result.status.value,
                 "correct": bool(result.correct), "detail": result.detail[:300]}
+
+
+def slime_sample_cut(args: Any, sample: Any) -> bool | None:
+    """Whether slime cut a sample's response off: its `status` (TRUNCATED / COMPLETED, set from
+    the engine's finish reason), else `response_length` against `args.rollout_max_response_len`;
+    None (no signal) when neither says."""
+    status = getattr(sample, "status", None)
+    value = getattr(status, "value", status)
+    if isinstance(value, str) and value.lower() in ("truncated", "completed"):
+        return value.lower() == "truncated"
+    length = getattr(sample, "response_length", None)
+    limit = getattr(args, "rollout_max_response_len", None)
+    if isinstance(length, int) and isinstance(limit, int) and length > 0 and limit > 0:
+        return length >= limit
+    return None
 
 
 def slime_rm(
@@ -215,4 +241,5 @@ __all__ = [
     "batched_async_rm",
     "reference_from_label",
     "slime_rm",
+    "slime_sample_cut",
 ]

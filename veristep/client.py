@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from veristep.verifiers.core.result import Status, VerifyResult
+from veristep.verifiers.core.text import is_truncated
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Rows per request: several requests of a big batch run at once and each stays under the
@@ -45,11 +46,29 @@ class ServeError(RuntimeError):
         self.status = status
 
 
+#: Record keys by which the server's row reader marks a completion as cut off.
+_CUT_KEYS = ("truncated", "finish_reason")
+
+
 def row_of(completion: Any, reference: Any) -> dict[str, Any]:
-    """A native row for one item: a record-shaped reference travels whole, any other as "answer"."""
+    """A native row for one item: a record-shaped reference travels whole, any other as "answer".
+
+    A text completion's cut-off mark (`core.text.mark_truncated`) travels as `"truncated": true`;
+    an unmarked one is sent without the record's own cut-off keys, so the server judges exactly
+    the text a local verifier would.
+    """
     if isinstance(reference, Mapping):
-        return {**reference, "completion": completion}
-    return {"completion": completion, "answer": reference}
+        row = {**reference, "completion": completion}
+    else:
+        row = {"completion": completion, "answer": reference}
+    if isinstance(completion, str):
+        if is_truncated(completion):
+            row.pop("finish_reason", None)
+            row["truncated"] = True
+        elif "truncated" in row or "finish_reason" in row:
+            for key in _CUT_KEYS:
+                row.pop(key, None)
+    return row
 
 
 def result_of(row: Mapping[str, Any]) -> VerifyResult:
@@ -241,9 +260,12 @@ class AsyncVeristepClient:
         return [result_of(row) for row in await self.verify_rows(rows, kind)]
 
     async def get_reward(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any],
-                         kind: str | None = None) -> dict[str, Any]:
-        """OpenRLHF's `/get_reward` call."""
-        body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
+                         kind: str | None = None, truncated: Sequence[bool | None] | None = None,
+                         ) -> dict[str, Any]:
+        """OpenRLHF's `/get_reward` call; `truncated` flags completions the generator cut off."""
+        body: dict[str, Any] = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
+        if truncated is not None:
+            body["truncated"] = list(truncated)
         return await self.post("/v1/get_reward" if kind else "/get_reward", body, kind)
 
     async def aclose(self) -> None:

@@ -32,7 +32,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .metrics import CONTENT_TYPE, Metrics
-from .service import RequestError, Service, check_list_of, check_types, completion_of
+from .service import (
+    RequestError,
+    Service,
+    check_list_of,
+    check_types,
+    completion_of,
+    cut_flag,
+    mark_cut,
+    slime_cut,
+)
 
 NDJSON = "application/x-ndjson"
 #: Bodies larger than this are decoded off the event loop (json.loads holds it otherwise).
@@ -127,8 +136,13 @@ def create_app(service: Service) -> Starlette:
         check_list_of(queries, (str,), "query", "get_reward")
         prompts = _column(body, "prompts", len(queries))
         labels = _column(body, "labels", len(queries))
+        # OpenRLHF's own client sends no cut-off signal; a caller that has one sends `truncated`
+        cut = _column(body, "truncated", len(queries))
+        for i, flag in enumerate(cut):
+            if flag is not None and not isinstance(flag, bool):
+                cut_flag(flag, f"get_reward: truncated[{i}]")  # raises the 422
         unjudged = _unjudged_value(body, service.config.unjudged_reward)
-        completions = [completion_of(q, p) for q, p in zip(queries, prompts, strict=True)]
+        completions = mark_cut([completion_of(q, p) for q, p in zip(queries, prompts, strict=True)], cut)
         pairs = service.label_items(kind, completions, labels)
         async with admitted(len(pairs)):
             results = await service.verify(kind, pairs, _deadline(request))
@@ -140,7 +154,8 @@ def create_app(service: Service) -> Starlette:
         body = check_types(await _json(await _read_body(request, service.config.max_body_bytes)),
                            {"response": (str,)}, "slime request")
         unjudged = _unjudged_value(body, service.config.unjudged_reward)
-        pairs = service.label_items(kind, [body["response"]], [body.get("label")])
+        response = mark_cut([body["response"]], [slime_cut(body)])
+        pairs = service.label_items(kind, response, [body.get("label")])
         async with admitted(1):
             (result,) = await service.verify(kind, pairs, _deadline(request))
         value = service.reward_value(result, unjudged)

@@ -34,6 +34,7 @@ from veristep.verifiers.cli.runner import RAISED_KEY, Item, make_item, output_ro
 from veristep.verifiers.core.aio import bridge_for, configure_async
 from veristep.verifiers.core.registry import get_verifier
 from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
+from veristep.verifiers.core.text import mark_truncated
 
 #: The statuses OpenRLHF sees as one numeric `extra_logs` key each (it stacks every value into
 #: a tensor, so strings cannot travel there).
@@ -240,6 +241,42 @@ class Service:
                     close()
                 except Exception:  # noqa: BLE001 - closing the others matters more
                     pass
+
+
+def cut_flag(value: Any, where: str) -> bool | None:
+    """A request's cut-off flag: true, false, or null (no signal); 422 naming `where` otherwise."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise RequestError(422, f"{where} must be true, false or null, got {type(value).__name__}")
+
+
+#: slime's `Sample.Status` values (`sample.to_dict()["status"]`) that say whether the rollout
+#: engine cut the response off; the others (pending, aborted, failed) give no signal.
+SLIME_CUT_STATUS = {"truncated": True, "completed": False}
+
+
+def slime_cut(body: Mapping[str, Any]) -> bool | None:
+    """Whether a slime payload says its response was cut off.
+
+    An explicit `truncated` wins; else OpenAI's `finish_reason` ("length" cut, anything else not);
+    else slime's sample `status` ("truncated" / "completed"); None when none is given.
+    """
+    if body.get("truncated") is not None:
+        return cut_flag(body["truncated"], "slime request: field 'truncated'")
+    reason = body.get("finish_reason")
+    if reason is not None:
+        if not isinstance(reason, str):
+            raise RequestError(422, f"slime request: field 'finish_reason' must be str, got {type(reason).__name__}")
+        return reason == "length"
+    status = body.get("status")
+    if status is not None and not isinstance(status, str):
+        raise RequestError(422, f"slime request: field 'status' must be str, got {type(status).__name__}")
+    return SLIME_CUT_STATUS.get(status.lower()) if isinstance(status, str) else None
+
+
+def mark_cut(completions: Sequence[str], flags: Sequence[bool | None]) -> list[str]:
+    """Completions marked as cut off where their flag is true (`core.text.mark_truncated`)."""
+    return [mark_truncated(text, flag) for text, flag in zip(completions, flags, strict=True)]
 
 
 def completion_of(query: str, prompt: Any) -> str:

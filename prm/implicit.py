@@ -29,6 +29,19 @@ MODES = ("q", "step")
 #: PRIME's defaults for a 7B policy.
 DEFAULT_BETA = 0.05
 DEFAULT_LR = 1e-6
+#: Options a spec may carry after the folder: `implicit:DIR,beta=0.1,lr=1e-5`.
+SPEC_OPTIONS: dict[str, type] = {"beta": float, "lr": float, "mode": str, "batch_size": int,
+                                 "max_length": int}
+
+
+def parse_implicit_target(target: str) -> tuple[str, dict[str, Any]]:
+    """`DIR,beta=0.1,lr=1e-5` -> (DIR, {"beta": 0.1, "lr": 1e-5}); a folder named with a comma stays whole."""
+    from .options import parse_options
+
+    path, sep, tail = target.partition(",")
+    if not sep or Path(target).is_dir():
+        return target, {}
+    return path, parse_options(tail, SPEC_OPTIONS)
 
 
 class ImplicitPRM:

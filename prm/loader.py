@@ -19,8 +19,9 @@ SCORER_KINDS = {
     "mc": "Monte-Carlo step values from policy rollouts (mc:k=4); built by the trainer, which "
           "owns the policy and the verifier",
     "trained": "a PRM written by `veristep prm train` (trained:DIR; refuses an unfinished folder)",
-    "implicit": "PRIME implicit PRM: beta*log(pi_phi/pi_ref) summed per step (implicit:DIR, DIR a "
-                "causal LM to start from or a saved implicit PRM)",
+    "implicit": "PRIME implicit PRM: beta*log(pi_phi/pi_ref) summed per step (implicit:DIR[,beta=B,lr=L,"
+                "mode=q|step,batch_size=N,max_length=N], DIR a causal LM to start from or a saved "
+                "implicit PRM)",
 }
 
 _MODEL_KWARGS = ("separator", "regex", "batch_size", "max_length", "neutral")
@@ -66,9 +67,10 @@ def load_scorer(spec: str, device: str | None = None, **kw: Any) -> StepScorer:
     if kind == "trained":
         return _load_trained(target, device, **kw)
     if kind == "implicit":
-        from .implicit import load_implicit
+        from .implicit import load_implicit, parse_implicit_target
 
-        return load_implicit(target, device=device, **_only(kw, _IMPLICIT_KWARGS))
+        path, options = parse_implicit_target(target)  # the spec's options win over keywords
+        return load_implicit(path, device=device, **{**_only(kw, _IMPLICIT_KWARGS), **options})
     return _load_model_scorer(kind, target, device, **kw)
 
 

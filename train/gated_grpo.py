@@ -38,6 +38,7 @@ from veristep.train.evaluate import EvalResult, evaluate
 from veristep.train.lockstep import check_training
 from veristep.train.models import quiet_libraries, seed_everything
 from veristep.train.monitors import batch_monitors, prm_monitors, slowest
+from veristep.train.online_prm import online_prm_state, update_online_prm
 from veristep.train.rewards import gated_step_scores
 from veristep.train.run import build_run, resume
 from veristep.train.sampling import sample_batch, step_rewards
@@ -112,6 +113,8 @@ def train(cfg: Config) -> dict[str, Any]:
                 steps_t, mc_rollouts, mc_tokens = gated_step_scores(cfg, run.scorer, run.tokenizer, problems, ro,
                                                                     T, groups, step)
                 sampled, sampled_tokens = b.sampled + mc_rollouts, b.sampled_tokens + mc_tokens
+                # an implicit PRM then learns from this step's outcomes (PRIME; other scorers: no-op)
+                m.update(update_online_prm(run.scorer, problems, ro.texts, outcome, judged))
 
                 # 5. advantages [N, G, T]; the credit diagnostic where an oracle labels the steps
                 adv, adv_metrics = compute_advantages(cfg, rewards, token_mask, steps_t, keep, judged, info)
@@ -162,7 +165,8 @@ def train(cfg: Config) -> dict[str, Any]:
                 if stop_now or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0) or step == cfg.steps:
                     state = {"sampler": run.sampler.state_dict(), "difficulty": run.difficulty.state_dict(),
                              "eval_before": eval_before and eval_before.to_state(), "totals": totals,
-                             "last_eval": last_eval and last_eval.to_state(), "last_eval_step": last_eval_step}
+                             "last_eval": last_eval and last_eval.to_state(), "last_eval_step": last_eval_step,
+                             **online_prm_state(run.scorer)}
                     save_checkpoint(out, step, run.model, run.optimizer, run.scheduler, state, info, run.tokenizer,
                                     cfg.fsdp, cfg.keep_checkpoints)
                 if stop_now:

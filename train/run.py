@@ -27,6 +27,7 @@ from .models import (
     resolve_model,
     tokenize_prompts,
 )
+from .online_prm import restore_online_prm
 from .rewards import OutcomeRewarder
 from .rollout import RolloutEngine, build_engine
 
@@ -116,10 +117,14 @@ def build_scorer(cfg: Config, engine: Any, tokenizer: Any, rewarder: OutcomeRewa
                  info: DistInfo) -> Any:
     """The step scorer `cfg.prm` names; `mc:k=K` samples with this run's engine and verifiers."""
     from .mc_values import build_mc_scorer, is_mc_spec
+    from .online_prm import check_online_prm, is_implicit_spec
 
     if not is_mc_spec(cfg.prm):
         from veristep.prm import load_scorer
 
+        if is_implicit_spec(cfg.prm):  # updated from this run's outcomes, on its reward scale
+            check_online_prm(cfg.prm, info)
+            options = {**options, "low": cfg.reward_low, "high": cfg.reward_high()}
         return load_scorer(cfg.prm, device=cfg.prm_device or str(info.device), **options)
     return build_mc_scorer(cfg, engine, tokenizer, rewarder, train_set, train_ids, train_refs, options, info)
 
@@ -140,6 +145,7 @@ def resume(run: Run, cfg: Config, out: Path, info: DistInfo) -> None:
     run.start_step, run.state, run.checkpoint = int(state["step"]), state, ckpt
     run.sampler.load_state_dict(state["sampler"])
     run.difficulty.load_state_dict(difficulty_state(state, ckpt))
+    restore_online_prm(run.scorer, state, ckpt)
     run.engine.update_weights(run.model)
 
 

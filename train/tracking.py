@@ -17,6 +17,8 @@ STEP_METRICS: tuple[str, ...] = (
     "gate/acr", "gate/all_wrong_rate", "gate/all_correct_rate", "gate/gated_groups",
     "gate/prm_completions", "gate/steps_per_gated_response", "gate/prm_flat_groups", "gate/mc_rollouts",
     "prm/nan_steps",
+    # the implicit PRM's online update (`--prm implicit:DIR`; null with any other scorer)
+    "prm/update_s", "prm/update_forward_s", "prm/update_backward_s", "prm/update_loss", "prm/update_seqs",
     # the credit diagnostic (oracle step labels, built-in task)
     "gate/first_error_blamed", "gate/first_error_responses", "credit/adv_on_track",
     "credit/adv_first_error", "credit/adv_after_error", "credit/adv_answer",

@@ -9,7 +9,6 @@ paths and optional extras are checked before any work, a bad input line is named
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,13 @@ from veristep.cli import add_output_option, add_progress_option
 
 from .base import StepScores
 from .loader import SCORER_KINDS, load_scorer
+from .shared_cli import (
+    add_policy_options,
+    add_step_model_options,
+    check_model_folder,
+    load_policy_for,
+    looks_local,
+)
 from .steps import DEFAULT_SEPARATOR
 
 _SCORER_HELP = ("rule | oracle | hf:PATH | token-cls:PATH | shepherd:PATH | scores:FILE | trained:DIR | "
@@ -93,10 +99,9 @@ def register(subparsers: Any) -> None:
     cal.add_argument("--save-scores",
                      help="also write every trace's step scores (reusable as scores:FILE)")
     _scorer_arguments(cal)
-    cal.add_argument("--policy", default=None,
-                     help="--scorer mc:k=K: the causal LM folder whose continuations value each step")
-    cal.add_argument("--max-new-tokens", type=int, default=192,
-                     help="--scorer mc: length limit of a continuation")
+    add_policy_options(cal, required=False, max_new_tokens=192,
+                       policy_help="--scorer mc:k=K: the causal LM folder whose continuations value each step",
+                       max_new_tokens_help="--scorer mc: length limit of a continuation")
     add_progress_option(cal)
     cal.set_defaults(func=_calibrate_command)
 
@@ -107,22 +112,16 @@ def register(subparsers: Any) -> None:
 
 def _scorer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scorer", required=True, help=_SCORER_HELP)
-    parser.add_argument("--separator", default=None,
-                        help=f"step separator of completions (default {DEFAULT_SEPARATOR!r})")
+    add_step_model_options(
+        parser, separator=None, separator_help=f"step separator of completions (default {DEFAULT_SEPARATOR!r})",
+        batch_size=None, batch_help="traces per scorer call (model scorers: their batch size; default 16, "
+        "64 for the others)", max_length=None, max_length_help="model scorers: token limit",
+        device_prefix="model scorers: ")
     parser.add_argument("--regex", default=None, help="split steps on this regex instead")
     parser.add_argument("--neutral", type=float, default=None,
                         help="score of an uncheckable (rule) or truncated (model) step (default 0.5)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="traces per scorer call (model scorers: their batch size; default 16, "
-                        "64 for the others)")
-    parser.add_argument("--max-length", type=int, default=None, help="model scorers: token limit")
-    parser.add_argument("--device", default=None, help="model scorers: cuda, cpu, ... (default auto)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="allow a checkpoint's own model code (needed by Qwen2.5-Math-PRM)")
-
-
-def _looks_local(target: str) -> bool:
-    return os.path.isabs(target) or target.startswith((".", "~")) or os.path.exists(target)
 
 
 def _scorer_from_args(args: argparse.Namespace, for_benchmark: bool = False) -> Any:
@@ -131,7 +130,7 @@ def _scorer_from_args(args: argparse.Namespace, for_benchmark: bool = False) -> 
     kind = kind.lower()
     if kind not in SCORER_KINDS:
         raise UsageError(f"unknown scorer {args.scorer!r}; use {_SCORER_HELP}")
-    if kind in _MODEL_KINDS and target and _looks_local(target):
+    if kind in _MODEL_KINDS and target and looks_local(target):
         if not Path(target).expanduser().is_dir():
             raise UsageError(f"--scorer {args.scorer}: no model folder {target}")
     kw: dict[str, Any] = {}
@@ -161,7 +160,7 @@ def _scorer_from_args(args: argparse.Namespace, for_benchmark: bool = False) -> 
 def scorer_name(spec: str) -> str:
     """The scorer spec as recorded in results: a local path is shortened to its last part."""
     kind, sep, target = spec.partition(":")
-    if sep and target and _looks_local(target):
+    if sep and target and looks_local(target):
         return f"{kind}:{Path(target).name}"
     return spec
 
@@ -303,6 +302,8 @@ def _calibrate_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--scorer {args.scorer}: Monte-Carlo values need --policy MODEL_DIR")
     if args.policy and not mc:
         raise UsageError("--policy is only for --scorer mc:k=K")
+    if mc:
+        check_model_folder("--policy", args.policy)  # before the data is read
     scorer = None if mc else _scorer_from_args(args, for_benchmark=True)
     messages = LineMessages("veristep prm calibrate")
     traces = []
@@ -355,8 +356,6 @@ def _calibrate_command(args: argparse.Namespace) -> int:
 
 def _mc_scorer(args: argparse.Namespace, traces: Sequence) -> Any:
     """`mc:k=K` on the traces' prompts: every trace needs a reference answer (or a built-in prompt)."""
-    from veristep.train.mc_values import load_policy  # the trainer's engine and verifiers
-
     from .mc_labels import PolicyMCScorer
     from .mc_values import parse_mc_spec
 
@@ -370,10 +369,7 @@ def _mc_scorer(args: argparse.Namespace, traces: Sequence) -> Any:
         if answer is None:
             raise UsageError(f"--scorer mc: trace {t.id} has no 'answer' to judge continuations by")
         answers[t.prompt] = answer
-    try:
-        policy = load_policy(args.policy, max_new_tokens=args.max_new_tokens, device=args.device)
-    except (ValueError, ImportError) as err:
-        raise UsageError(str(err)) from None
+    policy = load_policy_for(args)
     scorer = PolicyMCScorer(policy, opts["k"], answers, seed=opts["seed"])
     scorer.policy = policy
     return scorer

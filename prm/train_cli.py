@@ -28,6 +28,14 @@ from veristep.common.jsonl_io import (
 
 from veristep.cli import add_output_option, add_progress_option
 
+from .shared_cli import (
+    add_device_option,
+    add_policy_options,
+    add_step_model_options,
+    check_model_folder,
+    load_policy_for,
+)
+
 LABEL_KEYS = {"soft": "soft_labels", "hard": "hard_labels", "given": "step_labels"}
 
 
@@ -80,35 +88,34 @@ def register_train_commands(sub: Any) -> None:
                        help="token-cls targets: soft_labels, hard_labels, or step_labels (given)")
     train.add_argument("--steps", type=int, default=200, help="optimizer steps (implicit: passes "
                        "are steps / (lines / batch size))")
-    train.add_argument("--batch-size", type=int, default=16, help="traces per optimizer step")
     train.add_argument("--lr", type=float, default=None,
                        help="learning rate (default 3e-4 token-cls, 1e-6 implicit as in PRIME)")
     train.add_argument("--beta", type=float, default=0.05, help="implicit: reward scale beta")
-    train.add_argument("--max-length", type=int, default=512, help="token limit of one trace")
-    train.add_argument("--separator", default="\n", help="step separator (default newline)")
+    add_step_model_options(train, separator="\n", separator_help="step separator (default newline)",
+                           batch_size=16, batch_help="traces per optimizer step",
+                           max_length=512, max_length_help="token limit of one trace")
     train.add_argument("--seed", type=int, default=0, help="seed of the head and the batch order")
     train.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     train.add_argument("--restart", action="store_true",
                        help="discard a checkpoint of another run instead of refusing")
-    train.add_argument("--device", default=None, help="cuda, cpu, ... (default auto)")
     add_progress_option(train)
     train.set_defaults(func=_train_command)
 
 
 def _policy_arguments(parser: argparse.ArgumentParser, default_seed: int = 0) -> None:
-    parser.add_argument("--policy", required=True, help="causal LM folder that samples the traces")
+    add_policy_options(parser, required=True, policy_help="causal LM folder that samples the traces",
+                       max_new_tokens=128, max_new_tokens_help="length limit of a completion")
     parser.add_argument("--data", default="builtin:arith",
                         help="problems: builtin:arith[:level=...] or a JSONL with prompt and answer")
     parser.add_argument("--n", type=int, default=64, help="problems to use")
     parser.add_argument("--samples", type=int, default=4, help="completions per problem")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="length limit of a completion")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     parser.add_argument("--seed", type=int, default=default_seed,
                         help=f"seed of the problems and the samples (default {default_seed})")
     parser.add_argument("--rollout", choices=("hf", "vllm"), default="hf", help="rollout engine")
     parser.add_argument("--verifier", default="math",
                         help="outcome verifier judging completions (a trainer verifier kind)")
-    parser.add_argument("--device", default=None, help="cuda, cpu, ... (default auto)")
+    add_device_option(parser)
 
 
 def _check_policy_args(args: argparse.Namespace) -> None:
@@ -121,14 +128,7 @@ def _check_policy_args(args: argparse.Namespace) -> None:
         raise UsageError("--temperature must be > 0 (labels need samples)")
     if not args.data.startswith("builtin:") and not Path(args.data).is_file():
         raise UsageError(f"--data {args.data}: no such file; use builtin:arith or a JSONL file")
-    if _looks_local(args.policy) and not Path(args.policy).is_dir():
-        raise UsageError(f"--policy {args.policy}: no model folder")
-
-
-def _looks_local(target: str) -> bool:
-    import os
-
-    return os.path.isabs(target) or target.startswith((".", "~")) or os.path.exists(target)
+    check_model_folder("--policy", args.policy)
 
 
 def _problems(args: argparse.Namespace, messages: LineMessages) -> list[dict[str, Any]]:
@@ -156,14 +156,7 @@ def _problems(args: argparse.Namespace, messages: LineMessages) -> list[dict[str
 
 
 def _load_policy(args: argparse.Namespace) -> Any:
-    from veristep.train.mc_values import load_policy  # the trainer's engine and verifiers
-
-    try:
-        return load_policy(args.policy, max_new_tokens=args.max_new_tokens,
-                           temperature=args.temperature, device=args.device, rollout=args.rollout,
-                           verifier=args.verifier)
-    except (ValueError, ImportError, KeyError) as err:
-        raise UsageError(str(err)) from None
+    return load_policy_for(args, temperature=args.temperature, rollout=args.rollout, verifier=args.verifier)
 
 
 def _label_command(args: argparse.Namespace) -> int:
@@ -235,8 +228,7 @@ def _train_command(args: argparse.Namespace) -> int:
         check_output_folder(args.output)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    if _looks_local(args.base) and not Path(args.base).is_dir():
-        raise UsageError(f"--base {args.base}: no model folder")
+    check_model_folder("--base", args.base)
     for name in ("steps", "batch_size", "max_length", "checkpoint_every"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")

@@ -166,3 +166,26 @@ def test_figure_has_only_panels_with_data(tmp_path, test_data_dir):
 
     height, width = matplotlib.image.imread(png).shape[:2]
     assert width < 2 * 4.6 * 110 + 10  # two panels wide, not four
+
+
+def test_the_prm_commands_share_their_model_options(tmp_path, capsys):
+    """score / calibrate / label / traces / train take --device (and the model commands --separator,
+    --batch-size, --max-length) from one helper, so their flags and help agree; a --policy that is
+    not a folder is one usage line in calibrate as in label."""
+    from veristep.prm.shared_cli import DEVICE_HELP
+
+    from veristep.cli import build_parser
+
+    parser = build_parser("prm")
+    prm = next(a for a in parser._subparsers._group_actions[0].choices["prm"]._actions
+               if a.dest == "prm_command")
+    for name in ("score", "calibrate", "label", "traces", "train"):
+        opts = {o: a for a in prm.choices[name]._actions for o in a.option_strings}
+        assert opts["--device"].help.endswith(DEVICE_HELP), name
+        if name in ("score", "calibrate", "train"):
+            assert {"--separator", "--batch-size", "--max-length"} <= set(opts), name
+    data = _write(tmp_path / "d.jsonl", [{"prompt": "p", "steps": ["a"], "answer": "1", "correct": True}])
+    for argv in (["prm", "calibrate", "--data", str(data), "--scorer", "mc:k=2", "--policy", str(tmp_path / "none")],
+                 ["prm", "label", "--policy", str(tmp_path / "none"), "-o", str(tmp_path / "x.jsonl")]):
+        assert main(argv) == 2
+        assert f"--policy {tmp_path / 'none'}: no model folder" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Async reward functions for RL stacks that await their rewards: TRL and slime.
+"""Async reward functions for RL stacks that await their rewards: TRL, slime, PrimeIntellect.
 
 * TRL (>= 1.x) awaits a reward function whose `__call__` is `async def` on its own event loop,
   next to the other reward functions: `async_trl_reward_func("math")`.
@@ -6,7 +6,11 @@
   form with a list of samples): `veristep.verifiers.async_adapters.async_rm` /
   `batched_async_rm`, or `slime_rm(kind, ...)` for another configuration.
 
-Both await `averify_batch` (verifiers/core/aio.py), so the event loop never blocks and the
+* PrimeIntellect `verifiers` (>= 0.4, `verifiers.v1`) scores a rollout with a `Task`'s reward
+  methods: `VerifiersReward("math")` is one (a class attribute of the task, or plugged by
+  import path, `veristep.verifiers.async_adapters:verifiers_reward_math`).
+
+All await `averify_batch` (verifiers/core/aio.py), so the event loop never blocks and the
 verifier's one pool serves every concurrent call. Unjudged items are never silently 0: TRL gets
 None (left out of the reward), slime gets the value the caller chose (`unjudged_reward`), or
 the whole result with its status when `as_dict=True` (slime's `--reward-key reward`).
@@ -210,6 +214,130 @@ def slime_rm(
                             configs={kind: config} if config else None)
 
 
+class VerifiersUnjudged(RuntimeError):
+    """A PrimeIntellect `verifiers` rollout veristep could not judge (its status says why).
+
+    Raised from the reward so `verifiers` records a task error on the trace instead of a score:
+    a rollout nobody could judge is not a wrong answer.
+    """
+
+
+class VerifiersReward:
+    """A PrimeIntellect `verifiers` (>= 0.4, `verifiers.v1`) task reward backed by a veristep kind.
+
+    `verifiers` scores a trace by calling every `Task` method tagged `@vf.reward` with the
+    arguments it names (`task`: the task data, `trace`: the rollout) and summing the returned
+    floats by weight. This object carries the same tags, so it is such a method without
+    importing `verifiers` (the package cannot share veristep's environment, docs/serve.md):
+
+        class MathTask(vf.Task[MathData]):
+            correct = VerifiersReward("math")          # recorded as trace.rewards["veristep_math"]
+
+    or plugged into a task config: `rewards = {veristep_math = {fn =
+    "veristep.verifiers.async_adapters:verifiers_reward_math"}}`.
+
+    The completion is the rollout's last reply (its root agent's, else its last sampled
+    assistant message with any tool calls as text), cut off where `trace.is_truncated` says so;
+    the reference is read from the task data by the kind's record parser (or from the one field
+    `reference_key`). The verdict goes to `trace.info[name]` (status, judged, correct, detail)
+    and `trace.metrics[name + "_judged"]`. An unjudged rollout (bad reference, time-out,
+    sandbox error) raises `VerifiersUnjudged` by default, which `verifiers` records as a task
+    error; `unjudged_reward=` a number scores it with that number instead.
+    """
+
+    reward = True  # the tags `@vf.reward` sets
+    reward_priority = 0
+
+    def __init__(self, kind: str | Verifier = "math", *, name: str | None = None, weight: float = 1.0,
+                 reference_key: str | None = None, unjudged_reward: float | None = None,
+                 remote: str | None = None, **config: Any) -> None:
+        if remote is not None:
+            if config or not isinstance(kind, str):
+                raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
+            from veristep.client import RemoteVerifier
+
+            self.verifier: Verifier = RemoteVerifier(remote, kind)
+        else:
+            self.verifier = get_verifier(kind, **config) if isinstance(kind, str) else kind
+        self.__name__ = name or f"veristep_{getattr(self.verifier, 'kind', kind)}"
+        self._vf_weight = float(weight)
+        self.reference_key = reference_key
+        self.unjudged_reward = unjudged_reward
+        self._unjudged = _UnjudgedLog(self.__name__)
+
+    @property
+    def unjudged_counts(self) -> dict[str, int]:
+        """How many rollouts were left unjudged so far, by status."""
+        return dict(self._unjudged.counts)
+
+    async def __call__(self, task: Any, trace: Any) -> float:
+        """The reward of one rollout (`task`: its task data, `trace`: the rollout)."""
+        record = task.model_dump() if hasattr(task, "model_dump") else dict(task or {})
+        if self.reference_key is not None:
+            if self.reference_key not in record:
+                ref: Any = _BadReference(f"the task data has no {self.reference_key!r}")
+            else:
+                ref = reference_from_label(self.verifier, record[self.reference_key])
+        else:
+            ref = reference_from_label(self.verifier, record)
+        text = mark_truncated(_trace_reply(trace), bool(getattr(trace, "is_truncated", False)) or None)
+        (result,) = await _averify(self.verifier, [text], [ref])
+        self._unjudged.add([result])
+        info = getattr(trace, "info", None)
+        if isinstance(info, dict):
+            info[self.__name__] = {"status": result.status.value, "judged": bool(result.judged),
+                                   "correct": bool(result.correct), "detail": result.detail[:300]}
+        if callable(getattr(trace, "record_metric", None)):
+            trace.record_metric(f"{self.__name__}_judged", float(bool(result.judged)))
+        if result.judged:
+            return float(result.reward)
+        if self.unjudged_reward is None:
+            raise VerifiersUnjudged(f"{self.__name__}: not judged ({result.status.value}): {result.detail[:200]}")
+        return float(self.unjudged_reward)
+
+    def close(self) -> None:
+        """Close the verifier's pool."""
+        close = getattr(self.verifier, "close", None)
+        if callable(close):
+            close()
+
+
+def _trace_reply(trace: Any) -> str:
+    """A `verifiers` trace's final reply: the root agent's, else the last sampled assistant
+    message (its tool calls as Hermes-style text, as `completion_text` writes them)."""
+    root = getattr(trace, "root_reply", None)
+    if isinstance(root, str):
+        return root
+    messages = getattr(trace, "assistant_messages", None) or []
+    if not messages:
+        return ""
+    last = messages[-1]
+    calls = [{"function": {"name": getattr(c, "name", None), "arguments": getattr(c, "arguments", None)}}
+             for c in (getattr(last, "tool_calls", None) or [])]
+    return _safe_text({"role": "assistant", "content": getattr(last, "content", None), "tool_calls": calls})
+
+
+def verifiers_reward(kind: str = "math", **options: Any) -> VerifiersReward:
+    """A PrimeIntellect `verifiers` task reward for one veristep kind (see `VerifiersReward`)."""
+    return VerifiersReward(kind, **options)
+
+
+_PLUGGED: dict[str, VerifiersReward] = {}
+_PLUGGED_PREFIX = "verifiers_reward_"
+
+
+def __getattr__(name: str) -> VerifiersReward:
+    """`verifiers_reward_KIND`: a shared default reward per kind, built on first use, for
+    `verifiers`' import-path plugging (`fn = "veristep.verifiers.async_adapters:verifiers_reward_math"`)."""
+    if not name.startswith(_PLUGGED_PREFIX):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    kind = name[len(_PLUGGED_PREFIX):]
+    with _DEFAULT_LOCK:
+        if kind not in _PLUGGED:
+            _PLUGGED[kind] = VerifiersReward(kind)
+        return _PLUGGED[kind]
+
+
 _DEFAULT: SlimeRewardModel | None = None
 _DEFAULT_LOCK = threading.Lock()
 
@@ -236,10 +364,13 @@ async def batched_async_rm(args: Any, samples: Sequence[Any], **kwargs: Any) -> 
 __all__ = [
     "AsyncTRLRewardFunction",
     "SlimeRewardModel",
+    "VerifiersReward",
+    "VerifiersUnjudged",
     "async_rm",
     "async_trl_reward_func",
     "batched_async_rm",
     "reference_from_label",
     "slime_rm",
     "slime_sample_cut",
+    "verifiers_reward",
 ]

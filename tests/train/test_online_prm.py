@@ -91,3 +91,15 @@ def test_spec_options(tiny_model_dir, tmp_path):
     assert (prm.beta, prm.lr, prm.low, prm.high) == (0.2, 1e-4, -1.0, 1.0)
     with pytest.raises(ValueError, match="scorer option"):
         load_scorer(f"implicit:{tiny_model_dir},gamma=2")
+
+
+@pytest.mark.slow  # two torch processes start on a loaded machine: about a minute; the default
+# suite checks the same refusal through build_scorer above
+def test_refused_on_every_rank_of_a_real_two_process_run(small_config, tiny_model_dir, tmp_path):
+    """Under torchrun (two gloo ranks) the run stops with the message, not a hang or a drift."""
+    from .test_distributed import _torchrun
+
+    proc = _torchrun(dict(small_config, prm=f"implicit:{tiny_model_dir}", steps=1), tmp_path / "two", 2)
+    assert proc.returncode != 0
+    assert "runs in a single process only" in proc.stderr and "drift apart" in proc.stderr
+    assert not (tmp_path / "two" / "checkpoints").exists()

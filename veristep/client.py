@@ -122,6 +122,14 @@ class _Policy:
                 pass
         return delay if delay < remaining else None
 
+    def call(self, endpoint: str, kind: str | None, deadline: float | None) -> _Call:
+        """The retry state of one POST to `endpoint` (for `kind`) that must end by `deadline` s."""
+        return _Call(self, self.path(endpoint, kind), time.monotonic() + (deadline or self.deadline))
+
+    def chunks(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Native request bodies of at most `chunk` rows each, in order."""
+        return [{"rows": list(rows[lo:lo + self.chunk])} for lo in range(0, len(rows), self.chunk)]
+
     def check(self, response: httpx.Response) -> Any:
         """The JSON body of a 200, or ServeError with the server's reason.
 
@@ -144,6 +152,51 @@ class _Policy:
         raise ServeError(f"HTTP {response.status_code}: {reason}", response.status_code)
 
 
+class _Call:
+    """One POST's attempts: what the sync and async clients share, all but the I/O and the sleep.
+
+    Each attempt asks `timeout()` for its read timeout, then hands its outcome to `settle`,
+    which returns the reply's JSON (done), or the seconds to wait before the next attempt, or
+    raises `ServeError` (a 4xx, or no retry fits before the deadline).
+    """
+
+    def __init__(self, policy: _Policy, url: str, end: float) -> None:
+        self.policy, self.url, self.end = policy, url, end
+        self.attempt = 0
+
+    def timeout(self) -> float:
+        """This attempt's HTTP timeout: the policy's, cut to the time left (at least 0.1 s)."""
+        return max(0.1, min(self.policy.timeout, self.end - time.monotonic()))
+
+    def settle(self, response: httpx.Response | None, error: Exception | None) -> tuple[bool, Any]:
+        """(True, reply JSON) when done; (False, seconds to wait) for another attempt."""
+        if response is not None and response.status_code not in RETRY_STATUSES:
+            return True, self.policy.check(response)
+        wait = self.policy.wait_s(self.attempt, response, self.end - time.monotonic())
+        if wait is None:
+            what = f"HTTP {response.status_code}" if response is not None else repr(error)
+            raise ServeError(f"no answer from {self.policy.url} after {self.attempt + 1} attempts: {what}",
+                             response.status_code if response is not None else None)
+        self.attempt += 1
+        return False, wait
+
+
+def _pairs_as_rows(completions: Sequence[Any], references: Sequence[Any]) -> list[dict[str, Any]]:
+    """Native rows of (completion, reference) pairs; ValueError when the counts differ."""
+    if len(completions) != len(references):
+        raise ValueError(f"got {len(completions)} completions but {len(references)} references")
+    return [row_of(c, r) for c, r in zip(completions, references, strict=True)]
+
+
+def _get_reward_body(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any],
+                     truncated: Sequence[bool | None] | None) -> dict[str, Any]:
+    """OpenRLHF's `/get_reward` body, with veristep's optional `truncated` column."""
+    body: dict[str, Any] = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
+    if truncated is not None:
+        body["truncated"] = list(truncated)
+    return body
+
+
 def _limits(max_connections: int) -> httpx.Limits:
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
@@ -160,41 +213,32 @@ class VeristepClient:
 
     def post(self, endpoint: str, body: Any, kind: str | None = None, deadline: float | None = None) -> Any:
         """POST JSON with retries until `deadline` seconds have passed; the reply's JSON."""
-        policy = self.policy
-        end = time.monotonic() + (deadline or policy.deadline)
-        attempt = 0
+        call = self.policy.call(endpoint, kind, deadline)
         while True:
-            remaining = end - time.monotonic()
             response, error = None, None
             try:
-                response = self._http.post(policy.path(endpoint, kind), json=body,
-                                           timeout=max(0.1, min(policy.timeout, remaining)))
-                if response.status_code not in RETRY_STATUSES:
-                    return policy.check(response)
+                response = self._http.post(call.url, json=body, timeout=call.timeout())
             except httpx.TransportError as err:
                 error = err
-            wait = policy.wait_s(attempt, response, end - time.monotonic())
-            if wait is None:
-                what = f"HTTP {response.status_code}" if response is not None else repr(error)
-                raise ServeError(f"no answer from {policy.url} after {attempt + 1} attempts: {what}",
-                                 response.status_code if response is not None else None)
-            time.sleep(wait)
-            attempt += 1
+            done, value = call.settle(response, error)
+            if done:
+                return value
+            time.sleep(value)
 
     def verify_rows(self, rows: Sequence[Mapping[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
         """Rows in the CLI's JSONL format -> the output rows `veristep verify` would write."""
-        out: list[dict[str, Any]] = []
-        for lo in range(0, len(rows), self.policy.chunk):
-            out.extend(self.post("/v1/verify", {"rows": list(rows[lo:lo + self.policy.chunk])}, kind)["rows"])
-        return out
+        return [row for body in self.policy.chunks(rows) for row in self.post("/v1/verify", body, kind)["rows"]]
 
     def verify(self, completions: Sequence[Any], references: Sequence[Any], kind: str | None = None,
                ) -> list[VerifyResult]:
         """VerifyResults of completions against references, as a local verifier would give."""
-        if len(completions) != len(references):
-            raise ValueError(f"got {len(completions)} completions but {len(references)} references")
-        rows = [row_of(c, r) for c, r in zip(completions, references, strict=True)]
-        return [result_of(row) for row in self.verify_rows(rows, kind)]
+        return [result_of(row) for row in self.verify_rows(_pairs_as_rows(completions, references), kind)]
+
+    def get_reward(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any],
+                   kind: str | None = None, truncated: Sequence[bool | None] | None = None) -> dict[str, Any]:
+        """OpenRLHF's `/get_reward` call; `truncated` flags completions the generator cut off."""
+        body = _get_reward_body(queries, prompts, labels, truncated)
+        return self.post("/v1/get_reward" if kind else "/get_reward", body, kind)
 
     def get(self, endpoint: str) -> httpx.Response:
         """A GET on the server (no retries): /health, /ready, /metrics."""
@@ -223,49 +267,34 @@ class AsyncVeristepClient:
 
     async def post(self, endpoint: str, body: Any, kind: str | None = None, deadline: float | None = None) -> Any:
         """POST JSON with retries until `deadline` seconds have passed; the reply's JSON."""
-        policy = self.policy
-        end = time.monotonic() + (deadline or policy.deadline)
-        attempt = 0
+        call = self.policy.call(endpoint, kind, deadline)
         while True:
-            remaining = end - time.monotonic()
             response, error = None, None
             try:
-                response = await self._http.post(policy.path(endpoint, kind), json=body,
-                                                 timeout=max(0.1, min(policy.timeout, remaining)))
-                if response.status_code not in RETRY_STATUSES:
-                    return policy.check(response)
+                response = await self._http.post(call.url, json=body, timeout=call.timeout())
             except httpx.TransportError as err:
                 error = err
-            wait = policy.wait_s(attempt, response, end - time.monotonic())
-            if wait is None:
-                what = f"HTTP {response.status_code}" if response is not None else repr(error)
-                raise ServeError(f"no answer from {policy.url} after {attempt + 1} attempts: {what}",
-                                 response.status_code if response is not None else None)
-            await asyncio.sleep(wait)
-            attempt += 1
+            done, value = call.settle(response, error)
+            if done:
+                return value
+            await asyncio.sleep(value)
 
     async def verify_rows(self, rows: Sequence[Mapping[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
         """Rows in the CLI's JSONL format -> output rows; chunks go concurrently."""
-        size = self.policy.chunk
-        parts = await asyncio.gather(*(self.post("/v1/verify", {"rows": list(rows[lo:lo + size])}, kind)
-                                       for lo in range(0, len(rows), size)))
+        parts = await asyncio.gather(*(self.post("/v1/verify", body, kind) for body in self.policy.chunks(rows)))
         return [row for part in parts for row in part["rows"]]
 
     async def verify(self, completions: Sequence[Any], references: Sequence[Any], kind: str | None = None,
                      ) -> list[VerifyResult]:
         """VerifyResults of completions against references, as a local verifier would give."""
-        if len(completions) != len(references):
-            raise ValueError(f"got {len(completions)} completions but {len(references)} references")
-        rows = [row_of(c, r) for c, r in zip(completions, references, strict=True)]
-        return [result_of(row) for row in await self.verify_rows(rows, kind)]
+        rows = await self.verify_rows(_pairs_as_rows(completions, references), kind)
+        return [result_of(row) for row in rows]
 
     async def get_reward(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any],
                          kind: str | None = None, truncated: Sequence[bool | None] | None = None,
                          ) -> dict[str, Any]:
         """OpenRLHF's `/get_reward` call; `truncated` flags completions the generator cut off."""
-        body: dict[str, Any] = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
-        if truncated is not None:
-            body["truncated"] = list(truncated)
+        body = _get_reward_body(queries, prompts, labels, truncated)
         return await self.post("/v1/get_reward" if kind else "/get_reward", body, kind)
 
     async def aclose(self) -> None:

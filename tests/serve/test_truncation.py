@@ -98,6 +98,8 @@ def test_the_client_carries_the_mark_and_matches_the_local_verifier(server):
     assert expected == ["correct", "no_answer", "correct", "correct"]
     with VeristepClient(server.url) as client:
         assert [r.status.value for r in client.verify(completions, references)] == expected
+        reply = client.get_reward(["Q" + CUT] * 2, ["Q"] * 2, ["72"] * 2, truncated=[False, True])
+        assert reply["statuses"] == ["correct", "no_answer"]
 
     async def run():
         async with AsyncVeristepClient(server.url) as client:

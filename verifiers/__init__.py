@@ -5,7 +5,8 @@ Layout: `core/` (result types, registry, combine, the worker pool), one folder p
 `adapters.py` (TRL and verl).
 """
 
-from .core.aio import averify, averify_batch
+from typing import Any
+
 from .core.combine import WeightedVerifier, combine
 from .core.registry import available_kinds, get_verifier, register_verifier
 from .core.result import UNJUDGED, Status, Verifier, VerifyResult
@@ -23,3 +24,14 @@ __all__ = [
     "get_verifier",
     "register_verifier",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`averify` / `averify_batch` on first use: asyncio is a tenth of a second of every
+    `veristep verify` start-up that never uses it."""
+    if name in ("averify", "averify_batch"):
+        from .core import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

@@ -26,6 +26,16 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "veristep.bench",
     "veristep.serve.cli",
 )
+# The sub-command each module registers: `veristep verify ...` imports only its own module
+# (the trainer's imports torch, several seconds of a short verify run's start-up).
+_COMMAND_OF_MODULE: dict[str, str] = {
+    "veristep.verifiers.cli.verify": "verify",
+    "veristep.verifiers.cli.audit": "audit",
+    "veristep.prm.cli": "prm",
+    "veristep.train.cli": "train",
+    "veristep.bench": "bench",
+    "veristep.serve.cli": "serve",
+}
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends "(default: X)" to an option's help unless there is no default or it is said."""
@@ -84,8 +94,9 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
                         help="never draw a progress bar (drawn on a terminal only)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every available sub-command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser with every available sub-command, or with `command`'s alone
+    when it names one (any other word still gets the full parser and its error message)."""
     parser = Parser(
         prog="veristep",
         description="Verifiers, process rewards and gated GRPO for RL on verifiable tasks. "
@@ -94,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name in _COMMAND_MODULES:
+    names = [m for m in _COMMAND_MODULES if _COMMAND_OF_MODULE.get(m) == command] or _COMMAND_MODULES
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -113,8 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     `InputError` / `OutputError` for input or output that fails as a whole (exit 1); each
     becomes one line on stderr.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_OK

@@ -21,7 +21,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import os
@@ -30,9 +29,12 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .result import Status, VerifyResult
+
+if TYPE_CHECKING:  # asyncio loads when a coroutine runs, not with every `import veristep.verifiers`
+    import asyncio
 
 __all__ = [
     "AsyncBridge",
@@ -99,6 +101,8 @@ class AsyncBridge:
 
     async def verify_batch(self, completions: Sequence[Any], references: Sequence[Any]) -> list[VerifyResult]:
         """Verify on the verifier's own pool without blocking the loop; results in input order."""
+        import asyncio
+
         futures = self.submit(completions, references, asyncio.get_running_loop())
         try:
             return list(await asyncio.gather(*futures))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .aio import averify_batch as _averify_batch
 from .registry import get_verifier
 from .result import Verifier, VerifyResult
 
@@ -123,6 +121,10 @@ class WeightedVerifier:
         """`verify_batch` without blocking the event loop; the components run concurrently."""
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
+        import asyncio  # here, not at the top: asyncio is a tenth of every CLI start-up
+
+        from .aio import averify_batch as _averify_batch
+
         split = [self.references(ref) for ref in references]
         per_component = await asyncio.gather(*(
             _averify_batch(c.verifier, list(completions), [refs[c.name] for refs in split])

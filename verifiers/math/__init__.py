@@ -1,9 +1,9 @@
 """Math answer verification: extract the final answer, normalise it, decide equivalence
 (exact rules first, math-verify and sympy in killable worker processes)."""
 
-from .sympy_free import Reference, prepare_reference
 from .extract import Extraction, ExtractionMethod, choice_letter, extract_answer, reference_answer
 from .normalize import normalize_answer
+from .sympy_free import Reference, prepare_reference
 from .verifier import CALL_GRACE_S, INLINE_CHARS, MathVerifier
 
 __all__ = [

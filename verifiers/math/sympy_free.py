@@ -18,7 +18,6 @@ from typing import Any
 from ..core.result import Status
 from ..core.text import is_truncated
 from .equiv import EquivConfig, Verdict, compare_monomials, compare_numbers
-from .monomials import Monomial, has_several_parts, is_word, parse_monomial
 from .extract import (
     Extraction,
     ExtractionMethod,
@@ -27,6 +26,7 @@ from .extract import (
     extract_answer,
     reference_answer,
 )
+from .monomials import Monomial, has_several_parts, is_word, parse_monomial
 from .normalize import (
     ExactNumber,
     colon_pair,

@@ -20,7 +20,6 @@ from typing import Any
 from ..core.result import Status, VerifyResult
 from ..core.text import is_truncated
 from ..core.workers import Outcome, Submission, WorkerPool
-from .sympy_free import Reference, decide, prepare_reference
 from .equiv import EquivConfig, PercentMode, Verdict
 from .extract import (
     EXTRACTION_MODES,
@@ -30,6 +29,7 @@ from .extract import (
     extract_answer,
     reference_answer,
 )
+from .sympy_free import Reference, decide, prepare_reference
 from .worker import RawCompletion, judge, preload, reference_state, unpack
 
 __all__ = ["Extraction", "ExtractionMethod", "MathVerifier", "extract_answer", "reference_answer"]

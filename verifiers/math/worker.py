@@ -13,9 +13,9 @@ from typing import Any
 
 from ..core.result import Status
 from ..core.text import mark_truncated
-from .sympy_free import Reference, decide
 from .equiv import EquivConfig, ParsedAnswer, Verdict, compare_parsed, parse_answer
 from .extract import Extraction, ExtractionMethod, ExtractionMode
+from .sympy_free import Reference, decide
 
 # Parsed references per worker process: a reference that comes back in a later chunk (the
 # same prompt in the next batch, or a group cut in two) is not parsed again.
@@ -102,7 +102,24 @@ def unpack(packed: Any) -> Extraction | None:
 
 
 def preload() -> None:
-    """Import the heavy modules the workers need, so forked workers start warm."""
+    """Import the heavy modules the workers need and warm their caches, so forked workers start warm."""
+    preload_imports()
+    # Judge a few typical pairs once: the LaTeX parser (ANTLR) and sympy build their caches on
+    # first use, which costs a cold worker tenths of a second per new kind of expression (whole
+    # seconds on a loaded machine). Done here, in the parent before it forks, every worker (and
+    # every replacement after a time-out) starts warm, and no item's time limit pays for it. A
+    # one-worker run pays ~1 s CPU for it (benchmarks/math_verify_traces_bench.py); skipping it
+    # there made a replacement worker's first item time out under load.
+    cfg = EquivConfig()
+    for gold, pred in _WARM_UP_PAIRS:
+        try:
+            compare_parsed(parse_answer(gold, cfg), parse_answer(pred, cfg), cfg)
+        except Exception:
+            pass
+
+
+def preload_imports() -> None:
+    """Import the heavy modules the workers need."""
     import math_verify.grader
     import math_verify.parser
     import sympy  # noqa: F401
@@ -111,17 +128,6 @@ def preload() -> None:
     # limit); silence its one-time warning about that
     math_verify.grader.TIMEOUT_WARNING_SHOWN = True
     math_verify.parser.TIMEOUT_WARNING_SHOWN = True
-
-    # Judge a few typical pairs once: the LaTeX parser (ANTLR) and sympy build their caches on
-    # first use, which costs a cold worker tenths of a second per new kind of expression. Done
-    # here, in the parent before it forks, every worker (and every replacement after a time-out)
-    # starts warm.
-    cfg = EquivConfig()
-    for gold, pred in _WARM_UP_PAIRS:
-        try:
-            compare_parsed(parse_answer(gold, cfg), parse_answer(pred, cfg), cfg)
-        except Exception:
-            pass
 
 
 _WARM_UP_PAIRS = (

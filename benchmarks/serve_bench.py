@@ -2,13 +2,15 @@
 
 One run measures, on the same machine and the same mixed math / code / tools rows:
 
-1. in process: each kind's `verify_batch` over all its rows, the three kinds in parallel threads
-   (and one after another), with `--workers` per kind;
-2. served: `veristep serve math code tools --workers W` (a real server process), driven by an
-   asyncio load generator of `--clients` concurrent clients (httpx), each posting requests of
-   `--rows-per-request` rows of one kind: p50 / p99 request latency, throughput, server memory
-   (RSS of the server and its workers) over time, lost and duplicated replies (each row carries
-   an id; every id must come back exactly once); one pool worker is SIGKILLed mid-load;
+1. `--repeat` passes of: in process, each kind's `verify_batch` over all its rows, the three
+   kinds in parallel threads (and one after another), with `--workers` per kind; then served,
+   `veristep serve math code tools --workers W` (a real server process) driven by an asyncio
+   load generator of `--clients` concurrent keep-alive connections, each posting requests of
+   `--rows-per-request` rows of one kind, the kinds interleaved: throughput, p50 / p99 request
+   latency, server memory (RSS of the server and its workers) over time, lost and duplicated
+   replies (each row carries an id; every id must come back exactly once). Each pass gives
+   its own served / in-process ratio; the median and range over passes are reported;
+2. served again with one pool worker SIGKILLed a third of the way in (nothing may be lost);
 3. overload: the same load against a server whose queue holds half of what the clients keep in
    flight (2x capacity): how many 429s, that every request is still answered after the client's
    retries, and that the server is healthy afterwards.
@@ -251,16 +253,28 @@ class _Connection:
         self.reader = self.writer = None
 
 
+def interleaved_requests(rows: dict[str, list[dict[str, Any]]], per_request: int,
+                         ) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Requests of `per_request` rows of one kind, the kinds spread evenly over the sequence.
+
+    Each kind's requests sit at their fraction of that kind's total, so every stretch of the
+    sequence carries the mix (as the in-process run starts all kinds at once). An earlier
+    version sorted by row id, which issued all math, then all tools, then all code requests,
+    so the served run did the kinds one after another against an in-process run in parallel.
+    """
+    keyed = []
+    for order, (kind, kind_rows) in enumerate(rows.items()):
+        chunks = [kind_rows[lo:lo + per_request] for lo in range(0, len(kind_rows), per_request)]
+        keyed += [((i + 0.5) / len(chunks), order, kind, chunk) for i, chunk in enumerate(chunks)]
+    keyed.sort(key=lambda k: k[:2])
+    return [(kind, chunk) for _, _, kind, chunk in keyed]
+
+
 async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, per_request: int,
                kill_pid: int | None = None, retry_429: bool = True) -> dict[str, Any]:
     """`clients` concurrent clients post every row once; latency, throughput, lost/duplicated ids."""
     host, port = url.split("//", 1)[1].rsplit(":", 1)
-    requests: list[tuple[str, list[dict[str, Any]]]] = []
-    for kind, kind_rows in rows.items():
-        for lo in range(0, len(kind_rows), per_request):
-            requests.append((kind, kind_rows[lo:lo + per_request]))
-    # interleave kinds so every client sees the mix
-    requests.sort(key=lambda kr: kr[1][0]["bench_id"] % 7919)
+    requests = interleaved_requests(rows, per_request)
     queue: asyncio.Queue = asyncio.Queue()
     for req in requests:
         queue.put_nowait(req)
@@ -379,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-request", type=int, default=8)
     parser.add_argument("--lanes", type=int, default=None, help="server --lanes (default: its own)")
     parser.add_argument("--shares", default="math=0.6,tools=0.3,code=0.1")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="in-process and served passes, alternated; ratios per pass, then median and range")
     parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "serve_bench.json"))
     args = parser.parse_args(argv)
     shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
@@ -390,31 +406,51 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"items": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
                    "clients": args.clients, "rows_per_request": args.rows_per_request, "lanes": args.lanes},
     }
-    print("in process (kinds in parallel threads) ...", flush=True)
-    report["in_process_parallel"] = in_process(rows, args.workers, parallel=True)
-    print("in process (kinds one after another) ...", flush=True)
-    report["in_process_sequential"] = in_process(rows, args.workers, parallel=False)
+    passes = []
+    for rep in range(args.repeat):
+        # each pass measures in process and served back to back, so a ratio compares two runs
+        # under (nearly) the same background load; the spread of the ratios says how much it moved
+        tag = f"[pass {rep + 1}/{args.repeat}]"
+        print(f"{tag} in process (kinds in parallel threads) ...", flush=True)
+        par = in_process(rows, args.workers, parallel=True)
+        print(f"{tag} in process (kinds one after another) ...", flush=True)
+        seq = in_process(rows, args.workers, parallel=False)
+        print(f"{tag} served, {args.clients} clients ...", flush=True)
+        # no worker killed here: a math worker's restart (its sympy import) costs CPU that the
+        # in-process pass does not pay; the kill gets its own pass below
+        srv = served(rows, args, max_queue=4 * in_flight, kill=False)
+        passes.append({
+            "in_process_parallel": par, "in_process_sequential": seq, "served": srv,
+            "served_over_in_process": round(srv["items_per_s"] / par["items_per_s"], 3),
+            "served_over_in_process_sequential": round(srv["items_per_s"] / seq["items_per_s"], 3),
+            "server_cpu_over_in_process_cpu": round(srv["server_cpu_ms_per_item"] / par["cpu_ms_per_item"], 3),
+        })
     print(f"served, {args.clients} clients, one pool worker killed mid-load ...", flush=True)
-    report["served"] = served(rows, args, max_queue=4 * in_flight, kill=True)
+    report["served_worker_killed"] = served(rows, args, max_queue=4 * in_flight, kill=True)
     print(f"served at 2x capacity (queue {in_flight // 2} items, {in_flight} in flight) ...", flush=True)
     report["overload_2x"] = served(rows, args, max_queue=in_flight // 2, kill=False)
-    base = report["in_process_parallel"]["items_per_s"]
-    report["served_over_in_process"] = round(report["served"]["items_per_s"] / base, 3)
-    report["server_cpu_over_in_process_cpu"] = round(
-        report["served"]["server_cpu_ms_per_item"] / report["in_process_parallel"]["cpu_ms_per_item"], 3)
-    report["served_over_in_process_sequential"] = round(
-        report["served"]["items_per_s"] / report["in_process_sequential"]["items_per_s"], 3)
+    # the pass with the median served/in-process ratio stands for the run in the table
+    middle = sorted(passes, key=lambda p: p["served_over_in_process"])[len(passes) // 2]
+    report.update({k: middle[k] for k in ("in_process_parallel", "in_process_sequential", "served")})
+    for key in ("served_over_in_process", "served_over_in_process_sequential", "server_cpu_over_in_process_cpu"):
+        values = [p[key] for p in passes]
+        report[key] = round(statistics.median(values), 3)
+        report[key + "_range"] = [min(values), max(values)]
+    report["passes"] = passes
+    served_runs = [p["served"] for p in passes] + [report["served_worker_killed"], report["overload_2x"]]
+    report["lost_all_runs"] = sum(r["lost"] for r in served_runs)
+    report["duplicated_all_runs"] = sum(r["duplicated"] for r in served_runs)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    s, o = report["served"], report["overload_2x"]
+    s, k, o = report["served"], report["served_worker_killed"], report["overload_2x"]
     print("\n| run | items/s | p50 s | p99 s | p99/p50 | lost | dup | HTTP codes | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, key in (("in process, kinds in threads", "in_process_parallel"),
                       ("in process, kinds in turn", "in_process_sequential")):
         print(f"| {name} | {report[key]['items_per_s']} | | | | | | | |")
-    for name, r in (("served (1 worker killed)", s), ("served, 2x capacity", o)):
+    for name, r in (("served (median pass)", s), ("served, a worker killed", k), ("served, 2x capacity", o)):
         print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
               f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
-    for name, r in (("served", s), ("2x capacity", o)):
+    for name, r in (("served", s), ("worker killed", k), ("2x capacity", o)):
         print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "
               f"exit code after SIGTERM {r['exit_code_after_sigterm']}")
     print(f"in process, wall s per kind: {report['in_process_parallel']['wall_s_per_kind']}")
@@ -422,8 +458,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['in_process_sequential']['cpu_ms_per_item']} (in turn); server "
           f"{s['server_cpu_ms_per_item']} (its whole process tree, the load generator not counted); "
           f"ratio {report['server_cpu_over_in_process_cpu']}")
-    print(f"\nserved / in process (threads): {report['served_over_in_process']}; "
-          f"served / in process (in turn): {report['served_over_in_process_sequential']}")
+    print(f"lost / duplicated over all {len(served_runs)} served runs: {report['lost_all_runs']} / "
+          f"{report['duplicated_all_runs']}")
+    for key, name in (("served_over_in_process", "served / in process (threads)"),
+                      ("served_over_in_process_sequential", "served / in process (in turn)"),
+                      ("server_cpu_over_in_process_cpu", "server CPU / in-process CPU per item")):
+        print(f"{name}: median {report[key]}, range {report[key + '_range']} over {len(passes)} passes "
+              f"({[p[key] for p in passes]})")
     print(f"wrote {args.output}")
     return 0
 

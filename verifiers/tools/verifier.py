@@ -122,7 +122,8 @@ class ToolCallVerifier:
         self._checked_lock = threading.Lock()
 
     def reference_from_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """{"tools", "expected", "format"} from a JSONL line; no "expected": schema-only mode.
+        """{"tools", "expected", "format", "language"} from a JSONL line; no "expected":
+        schema-only mode; "language" ("java" / "javascript") only when the line has one.
 
         KeyError when the line has neither "expected" nor "tools".
         """
@@ -134,6 +135,8 @@ class ToolCallVerifier:
         }
         if "expected" in record:
             reference["expected"] = record["expected"]
+        if record.get("language") is not None:  # the CLI, TRL and verl read the typing mode too
+            reference["language"] = record["language"]
         return reference
 
     def check_reference(self, reference: Any) -> ToolReference:

@@ -455,6 +455,14 @@ def test_java_and_javascript_references_read_arguments_as_typed_literals(verifie
     unknown = {**java, "language": "cobol"}
     assert verifier.verify(hermes(("Util.run", {"flag": True, "n": 5})), unknown).status \
         is Status.BAD_REFERENCE
+    # A JSONL line / dataset row with "language" (the CLI, TRL and verl read references with
+    # reference_from_record) keeps it; the bfcl bench's CLI run disagreed with verify() on 78
+    # Java/JavaScript cases when it was dropped.
+    record = {"completion": "", **java}
+    assert verifier.reference_from_record(record)["language"] == "java"
+    assert "language" not in verifier.reference_from_record({"tools": tools, "expected": expected})
+    assert verifier.verify(hermes(("Util.run", {"flag": "true", "n": "5L"})),
+                           verifier.reference_from_record(record)).status is Status.CORRECT
 
 
 def test_batch_sends_each_reference_once_per_chunk_and_caches_it():

@@ -262,9 +262,20 @@ def _path(parts: Sequence[Any]) -> str:
 
 
 def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIssue]:
-    """Validate one call's arguments against its function's parameters schema."""
+    """Validate one call's arguments against its function's parameters schema.
+
+    An explicit null for a declared parameter that is not required stands for "not given"
+    (Python's `f(mod=None)`, OpenAI strict mode's nullable optional fields), so it is not
+    held to the parameter's type; matching still compares it with the expected values.
+    """
     if spec.valid is not None and _known_valid(spec.valid, arguments):
         return []
+    if any(v is None for v in arguments.values()):
+        required, declared = spec.required, spec.properties
+        arguments = {k: v for k, v in arguments.items()
+                     if not (v is None and k in declared and k not in required)}
+        if spec.valid is not None and _known_valid(spec.valid, arguments):
+            return []
     issues: list[SchemaIssue] = []
     closed = spec.parameters.get("additionalProperties") is False
     if closed and not spec.parameters.get("patternProperties"):

@@ -482,3 +482,25 @@ def test_batch_sends_each_reference_once_per_chunk_and_caches_it():
     assert [r.correct for r in results] == [True, False] * 40
     assert sent == [(80, 1)]
     v.close()
+
+
+def test_null_for_an_optional_parameter_means_not_given(verifier):
+    # BFCL's answers list None for optional parameters (math.power(mod=None)); a JSON Schema
+    # check called every such correct call a wrong type (issue 31.1, 128 cases in bfcl_bench).
+    tools = [{"name": "math.power", "parameters": {"type": "dict", "properties": {
+        "base": {"type": "integer"}, "exponent": {"type": "integer"}, "mod": {"type": "integer"}},
+        "required": ["base", "exponent"]}}]
+
+    def ref(mod):
+        return {"tools": tools, "expected": [{"math.power": {"base": [2], "exponent": [3], "mod": mod}}]}
+
+    given, left_out = {"base": 2, "exponent": 3, "mod": None}, {"base": 2, "exponent": 3}
+    cases = [
+        ([None], given, Status.CORRECT), ([None], left_out, Status.WRONG_ARGUMENTS),  # as BFCL
+        ([None, ""], left_out, Status.CORRECT), ([""], given, Status.WRONG_ARGUMENTS),
+        ([5], given, Status.WRONG_ARGUMENTS),
+        ([None], {"base": None, "exponent": 3}, Status.SCHEMA_VIOLATION),  # required: typed
+        ([None], {"base": 2, "exponent": 3, "mod": "x"}, Status.SCHEMA_VIOLATION),
+    ]
+    for mod, arguments, status in cases:
+        assert verifier.verify(hermes(("math.power", arguments)), ref(mod)).status is status, (mod, arguments)

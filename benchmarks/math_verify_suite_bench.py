@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -91,6 +92,13 @@ def _rows(func: Any) -> Iterator[tuple[int, dict[str, Any]]]:
 def load_cases(sdist: Path) -> list[Case]:
     """Every table row of Math-Verify's tests, imported from the unpacked sdist."""
     sys.path.insert(0, str(sdist))
+    # verl and OpenRLHF install a regular top-level `tests` package, which wins over the sdist's
+    # (a folder without __init__.py): name the sdist's folder as `tests` explicitly
+    for name in [m for m in sys.modules if m == "tests" or m.startswith("tests.")]:
+        del sys.modules[name]
+    package = types.ModuleType("tests")
+    package.__path__ = [str(sdist / "tests")]
+    sys.modules["tests"] = package
     cases: list[Case] = []
     for mod_name in MODULES:
         module = importlib.import_module(f"tests.{mod_name}")

@@ -41,6 +41,7 @@ class ExtractionMethod(str, enum.Enum):
     BOXED = "boxed"
     ANSWER_TAG = "answer_tag"
     GSM8K = "gsm8k"
+    ANSWER_HEADING = "answer_heading"  # PRM800K's closing "# Answer" line, the answer below it
     ANSWER_PHRASE = "answer_phrase"
     BOLD = "bold"
     CHOICE_LETTER = "choice_letter"
@@ -89,6 +90,10 @@ _ANSWER_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
 # `#### 72` at a line start (any answer), or anywhere before a number, as verl's gsm8k scorer reads it
 _GSM8K_LINE_RE = re.compile(r"^[ \t]*####[ \t]*(\S[^\n]*)$", re.MULTILINE)
 _GSM8K_INLINE_RE = re.compile(r"####[ \t]*(-?[$]?[0-9][0-9.,]*)")
+# PRM800K's traces end with a "# Answer" line and the answer alone on the last line; read in
+# the text's tail only, so the cost does not grow with the text
+_ANSWER_HEADING_RE = re.compile(r"(?:^|\n)[ \t]*#{1,6}[ \t]*answer[ \t]*:?[ \t]*\n\s*([^\n]*\S)\s*\Z", re.IGNORECASE)
+_ANSWER_HEADING_TAIL = 400
 # "final answer is", "the answer is", "Answer:", "**Final Answer:**", "answer would be"
 _PHRASE_RE = re.compile(
     r"(?:(?<![A-Za-z])(?:final|correct)\s+answer|(?<![A-Za-z])answer)"
@@ -401,7 +406,8 @@ def _phrase_candidate(text: str, ends: list[int]) -> tuple[Extraction | None, Ex
 
 
 def _tagged_candidates(text: str) -> list[Extraction]:
-    """The last <answer>...</answer> content and the last GSM8K `#### 42`."""
+    """The last <answer>...</answer> content, the last GSM8K `#### 42`, and a closing "# Answer"
+    line's answer."""
     found: list[Extraction] = []
     # What `<answer>(.*?)</answer>` finds last: each opening tag is closed by the next closing one.
     last_tag: tuple[int, int] | None = None
@@ -425,6 +431,11 @@ def _tagged_candidates(text: str) -> list[Extraction]:
                 best = (m.start(1), m.end(1))
     if best is not None:
         found.append(Extraction(text[best[0] : best[1]], best[0], best[1], ExtractionMethod.GSM8K, plain=True))
+    if "#" in text:
+        offset = max(0, len(text) - _ANSWER_HEADING_TAIL)
+        m = _ANSWER_HEADING_RE.search(text, offset)
+        if m is not None:
+            found.append(Extraction(m.group(1), m.start(1), m.end(1), ExtractionMethod.ANSWER_HEADING))
     return found
 
 

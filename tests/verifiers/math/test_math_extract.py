@@ -38,6 +38,11 @@ from veristep.verifiers.math.extract import (
         ("The answer is $\\boxed{5}$.", "5", ExtractionMethod.BOXED),
         ("$\\boxed{63}$ points; the correct answer of 63 holds.", "63", ExtractionMethod.BOXED),
         ("so $\\boxed{44}$. Check: our answer is correct.", "44", ExtractionMethod.BOXED),
+        # PRM800K's traces: a closing "# Answer" line, the answer alone below it (issue 31)
+        ("I conclude that my answer is correct.\n# Answer\n\n-50", "-50", ExtractionMethod.ANSWER_HEADING),
+        ("so it is $(-1, 6)$.\n# Answer\n(-1, 6)", "(-1, 6)", ExtractionMethod.ANSWER_HEADING),
+        ("# Answer:\n\n$x=3$\n", "x=3", ExtractionMethod.ANSWER_HEADING),
+        ("# Answer\n\nThe answer is $\\boxed{5}$.", "5", ExtractionMethod.BOXED),
     ],
 )
 def test_extracts_final_answer_with_its_span(text: str, answer: str, method: ExtractionMethod) -> None:
@@ -202,3 +207,17 @@ def test_random_text_never_raises_and_spans_are_exact(text: str) -> None:
                 assert (ext.start, ext.end) == (ext.parts[0][0], ext.parts[-1][1])
             else:
                 assert text[ext.start : ext.end] == ext.answer
+
+
+def test_answer_heading_only_at_the_end_and_as_a_marker_when_cut_off() -> None:
+    # not a heading: "# Answer" mid-line, or text after the answer line
+    assert extract_answer("x # Answer\n5").method is not ExtractionMethod.ANSWER_HEADING
+    assert extract_answer("# Answer\n5\nmore text").method is not ExtractionMethod.ANSWER_HEADING
+    from veristep.verifiers.core.text import mark_truncated
+    from veristep.verifiers.math import MathVerifier
+
+    with MathVerifier(workers=1, timeout=5.0) as v:
+        # before: "answer is correct" was read as the answer phrase and the result was wrong
+        assert v.verify("I conclude that my answer is correct.\n# Answer\n\n-50", "-50").status.value == "correct"
+        # a marker: a cut-off trace that reached its "# Answer" line keeps its reward
+        assert v.verify(mark_truncated("so 13/18.\n# Answer\n\n13/18"), "\\frac{13}{18}").status.value == "correct"

@@ -103,7 +103,10 @@ CONDITION_SETUP: dict[str, dict[str, Any]] = {
                "placebo_arm": "placebo_prefix", "ceiling_arm": "oracle_prefix", "equivalence_margin": 0.02,
                "full_eval_size": 400,
                "arms": "grpo,oracle_prefix,placebo_prefix,rule_prefix",
-               "extra_arms": "oracle_blame,grpo_lr,mc"},
+               "extra_arms": "oracle_blame,grpo_lr,mc",
+               # (arm, against) at equal lr x |A| mass: the follow-ups of docs/experiment.md
+               "matched_pairs": [("oracle_prefix@lr0.62", "grpo"), ("oracle_prefix", "grpo_lr"),
+                                 ("oracle_prefix@lr1.62", "grpo@lr2.62"), ("oracle_prefix@lr2.62", "grpo@lr4.24")]},
 }
 #: Step metrics averaged over a run: the credit diagnostic and the advantage coverage.
 DIAGNOSTIC_KEYS = ("gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
@@ -488,10 +491,12 @@ def learning_curve(runs: list[dict[str, Any]], grid: list[float]) -> dict[str, l
 
 
 def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, placebo_arm: str = "placebo",
-              ceiling_arm: str | None = None, margin: float | None = None) -> dict[str, Any]:
+              ceiling_arm: str | None = None, margin: float | None = None,
+              matched_pairs: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Per-arm table, paired statistics against GRPO and the placebo, positive control, curves.
 
-    With a `ceiling_arm` each other arm's gain over GRPO is also a share of the ceiling's.
+    With a `ceiling_arm` each other arm's gain over GRPO is also a share of the ceiling's;
+    `matched_pairs` (arm, against) are the pre-registered lr x |A| mass-matched comparisons.
     """
     by_arm = {a: {r["seed"]: r for r in records if r["arm"] == a} for a in arms}
     grid = [budget * i / 30 for i in range(31)]
@@ -549,7 +554,29 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, place
         ceiling = next(r for r in rows if r["arm"] == ceiling_arm)
         out["step_control"] = {"arm": ceiling_arm, "vs_grpo": ceiling.get("pass@1_vs_grpo"),
                                "vs_placebo": ceiling.get("pass@1_vs_placebo")}
+    matched = [{"arm": a, "against": b, "pass@1": paired(by_arm[a], by_arm[b], "pass@1")}
+               for a, b in matched_pairs or () if by_arm.get(a) and by_arm.get(b)]
+    for m in matched:
+        m["reading"] = _pair_reading(m["pass@1"]["ci95"], margin)
+    if matched:
+        # Step labels carry information beyond step size only if every mass-matched pair says so.
+        readings = {m["reading"] for m in matched}
+        out["matched_pairs"] = matched
+        out["matched_reading"] = {frozenset({"above 0"}): "step information",
+                                  frozenset({"within the margin"}): "step size"}.get(frozenset(readings),
+                                                                                    "inconclusive")
     return out
+
+
+def _pair_reading(ci95: list[float | None], margin: float | None) -> str:
+    lo, hi = ci95
+    if lo is None:
+        return "too few seeds"
+    if lo > 0:
+        return "above 0"
+    if margin is not None and -margin < lo and hi < margin:
+        return "within the margin"
+    return "below 0" if hi < 0 else "inconclusive"
 
 
 def _mean_none(vals: list[float | None]) -> float | None:
@@ -582,6 +609,13 @@ def format_tables(summary: dict[str, Any]) -> str:
         for r in lr_rows:
             d = r["pass@1_vs_grpo_lr"]
             lines.append(f"| {r['arm']} | {ci(d)} | {_p(d)} | {len(d['seeds'])} |")
+    if summary.get("matched_pairs"):
+        lines += ["", "| pair (lr x \\|A\\| mass matched) | pass@1 difference, 95% CI | p (sign flip) | seeds | reading |",
+                  "|---" * 5 + "|"]
+        for m in summary["matched_pairs"]:
+            d = m["pass@1"]
+            lines.append(f"| {m['arm']} - {m['against']} | {ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
+        lines.append(f"\nmass-matched reading: {summary['matched_reading']}")
     if any("share_of_ceiling" in r or "step_accuracy" in r for r in summary["rows"]):
         lines += ["", f"| arm | gain as a share of {summary.get('ceiling_arm') or 'the ceiling'}'s (bootstrap 95% CI) "
                   "| per-step accuracy after | by position |", "|---" * 4 + "|"]
@@ -800,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
     for extra_json in args.add_json:
         records += [r for r in json.loads(extra_json.read_text())["runs"] if r["arm"] in arms]
     summary = summarise(records, arms, settings.rollout_budget, setup.get("placebo_arm", "placebo"),
-                        setup.get("ceiling_arm"), setup.get("equivalence_margin"))
+                        setup.get("ceiling_arm"), setup.get("equivalence_margin"), setup.get("matched_pairs"))
     tables = format_tables(summary)
     n_seeds = max((len(r["seeds"]) for r in summary["rows"]), default=0)
     full = n_seeds >= 6 and settings.eval_size >= setup.get("full_eval_size", 1000)
@@ -821,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
                        "source": "the trainer's held-out evaluation (disjoint from training and the warm "
                                  "start's demonstrations; the same seeds before and after and across arms)"},
         "positive_control": summary["positive_control"], "table": summary["rows"],
+        "matched_pairs": summary.get("matched_pairs"), "matched_reading": summary.get("matched_reading"),
         "curves": summary["curves"], "markdown": tables,
         # run folders are machine-local scratch: the records keep the run's name only
         "runs": [{**{k: v for k, v in r.items() if k != "output_dir"}, "run": Path(r.get("output_dir", r.get("run", ""))).name}

@@ -68,6 +68,26 @@ def test_summary_applies_the_reading_rule():
     assert "helps" in exp.format_tables(summary)
 
 
+def test_mass_matched_pairs_and_their_reading():
+    recs = []
+    for s in range(4):
+        recs += [_rec("grpo", s, 0.27 + 0.001 * s), _rec("oracle@lr0.6", s, 0.272 + 0.001 * s + 0.004 * (-1) ** s),
+                 _rec("grpo@lr2", s, 0.40), _rec("oracle", s, 0.45 + 0.002 * s)]
+    arms = ["grpo", "oracle@lr0.6", "grpo@lr2", "oracle"]
+    pairs = [("oracle@lr0.6", "grpo"), ("oracle", "grpo@lr2"), ("oracle", "missing")]
+    summary = exp.summarise(recs, arms, budget=100, margin=0.02, matched_pairs=pairs)
+    got = {(m["arm"], m["against"]): m for m in summary["matched_pairs"]}
+    assert set(got) == {("oracle@lr0.6", "grpo"), ("oracle", "grpo@lr2")}  # a pair without runs is left out
+    assert got[("oracle@lr0.6", "grpo")]["pass@1"]["mean"] == pytest.approx(0.002)
+    assert got[("oracle@lr0.6", "grpo")]["reading"] == "within the margin"
+    assert got[("oracle", "grpo@lr2")]["reading"] == "above 0"
+    assert summary["matched_reading"] == "inconclusive"  # one pair each way
+    both_equal = exp.summarise(recs, arms, budget=100, margin=0.02, matched_pairs=pairs[:1])
+    assert both_equal["matched_reading"] == "step size"
+    table = exp.format_tables(summary)
+    assert "| oracle - grpo@lr2 |" in table and "above 0" in table
+
+
 def test_grpo_reaches_its_own_final_accuracy():
     # the curve's mean (numpy) and the final mean (fmean) may round apart in the last bit
     finals = [0.29875, 0.28825, 0.2825, 0.298, 0.2935, 0.295]  # fmean 0.29266666666666670, numpy ...663

@@ -554,6 +554,9 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, place
         ceiling = next(r for r in rows if r["arm"] == ceiling_arm)
         out["step_control"] = {"arm": ceiling_arm, "vs_grpo": ceiling.get("pass@1_vs_grpo"),
                                "vs_placebo": ceiling.get("pass@1_vs_placebo")}
+    best_rates = _best_rates(by_arm, margin)
+    if best_rates:
+        out["best_rates"] = best_rates
     matched = [{"arm": a, "against": b, "pass@1": paired(by_arm[a], by_arm[b], "pass@1")}
                for a, b in matched_pairs or () if by_arm.get(a) and by_arm.get(b)]
     for m in matched:
@@ -566,6 +569,35 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, place
                                   frozenset({"within the margin"}): "step size"}.get(frozenset(readings),
                                                                                     "inconclusive")
     return out
+
+
+def _best_rates(by_arm: dict[str, dict[int, dict[str, Any]]], margin: float | None) -> dict[str, Any] | None:
+    """Each method run at several learning rates, at its best one, against GRPO at its best.
+
+    Choosing GRPO's best rate by its mean favours GRPO; the comparison is only made when GRPO
+    itself was run at more than one rate.
+    """
+    families: dict[str, list[str]] = {}
+    for arm, runs in by_arm.items():
+        if runs:
+            base = arm.partition("@")[0]
+            families.setdefault("grpo" if base == "grpo_lr" else base, []).append(arm)
+    families = {f: m for f, m in families.items() if any("@lr" in a or a == "grpo_lr" for a in m)}
+    if len(families.get("grpo", [])) < 2:
+        return None
+
+    def mean(arm: str) -> float:
+        return statistics.fmean(r["final"]["pass@1"] for r in by_arm[arm].values())
+
+    best = {f: max(members, key=mean) for f, members in families.items()}
+    rows = []
+    for family, arm in best.items():
+        if family == "grpo":
+            continue
+        d = paired(by_arm[arm], by_arm[best["grpo"]], "pass@1")
+        rows.append({"arm": arm, "against": best["grpo"], "rates": len(families[family]),
+                     "grpo_rates": len(families["grpo"]), "pass@1": d, "reading": _pair_reading(d["ci95"], margin)})
+    return {"best": best, "vs_grpo_best": rows}
 
 
 def _pair_reading(ci95: list[float | None], margin: float | None) -> str:
@@ -616,6 +648,13 @@ def format_tables(summary: dict[str, Any]) -> str:
             d = m["pass@1"]
             lines.append(f"| {m['arm']} - {m['against']} | {ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
         lines.append(f"\nmass-matched reading: {summary['matched_reading']}")
+    if summary.get("best_rates"):
+        lines += ["", "| at its best learning rate - GRPO at its best | pass@1 difference, 95% CI | p (sign flip) "
+                  "| seeds | reading |", "|---" * 5 + "|"]
+        for m in summary["best_rates"]["vs_grpo_best"]:
+            d = m["pass@1"]
+            lines.append(f"| {m['arm']} (best of {m['rates']} rates) - {m['against']} (best of {m['grpo_rates']}) "
+                         f"| {ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
     if any("share_of_ceiling" in r or "step_accuracy" in r for r in summary["rows"]):
         lines += ["", f"| arm | gain as a share of {summary.get('ceiling_arm') or 'the ceiling'}'s (bootstrap 95% CI) "
                   "| per-step accuracy after | by position |", "|---" * 4 + "|"]
@@ -856,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "start's demonstrations; the same seeds before and after and across arms)"},
         "positive_control": summary["positive_control"], "table": summary["rows"],
         "matched_pairs": summary.get("matched_pairs"), "matched_reading": summary.get("matched_reading"),
+        "best_rates": summary.get("best_rates"),
         "curves": summary["curves"], "markdown": tables,
         # run folders are machine-local scratch: the records keep the run's name only
         "runs": [{**{k: v for k, v in r.items() if k != "output_dir"}, "run": Path(r.get("output_dir", r.get("run", ""))).name}

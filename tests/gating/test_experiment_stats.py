@@ -88,6 +88,26 @@ def test_mass_matched_pairs_and_their_reading():
     assert "| oracle - grpo@lr2 |" in table and "above 0" in table
 
 
+def test_each_method_at_its_best_rate_against_grpo_at_its_best():
+    recs = []
+    for s in range(4):
+        recs += [_rec("grpo", s, 0.20 + 0.01 * s), _rec("grpo_lr", s, 0.30 + 0.01 * s),
+                 _rec("grpo@lr4", s, 0.18), _rec("rule_prefix", s, 0.31 + 0.01 * s),
+                 _rec("rule_prefix@lr2.62", s, 0.50 + 0.01 * s + 0.005 * (-1) ** s),
+                 _rec("oracle_prefix@lr2.62", s, 0.301 + 0.01 * s + 0.004 * (-1) ** s)]
+    arms = ["grpo", "grpo_lr", "grpo@lr4", "rule_prefix", "rule_prefix@lr2.62", "oracle_prefix@lr2.62"]
+    summary = exp.summarise(recs, arms, budget=100, margin=0.02)
+    best = summary["best_rates"]
+    assert best["best"] == {"grpo": "grpo_lr", "rule_prefix": "rule_prefix@lr2.62",
+                            "oracle_prefix": "oracle_prefix@lr2.62"}
+    got = {m["arm"]: m for m in best["vs_grpo_best"]}
+    assert got["rule_prefix@lr2.62"]["against"] == "grpo_lr" and got["rule_prefix@lr2.62"]["reading"] == "above 0"
+    assert got["rule_prefix@lr2.62"]["pass@1"]["mean"] == pytest.approx(0.20)
+    assert got["oracle_prefix@lr2.62"]["reading"] == "within the margin"
+    assert "| rule_prefix@lr2.62 (best of 2 rates) - grpo_lr (best of 3) |" in exp.format_tables(summary)
+    assert "best_rates" not in exp.summarise(recs, ["grpo", "rule_prefix"], budget=100)  # one rate each
+
+
 def test_grpo_reaches_its_own_final_accuracy():
     # the curve's mean (numpy) and the final mean (fmean) may round apart in the last bit
     finals = [0.29875, 0.28825, 0.2825, 0.298, 0.2935, 0.295]  # fmean 0.29266666666666670, numpy ...663

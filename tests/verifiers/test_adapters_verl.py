@@ -71,14 +71,15 @@ def tokenizer():
     return build_char_tokenizer()
 
 
-def _data(tokenizer, rows=ROWS) -> DataProto:
+def _batch(tokenizer, responses_ids: list[list[int]], sources: list[str], truths: list[str],
+           prompt_len: int, width: int) -> DataProto:
     """A batch shaped as verl's trainer builds it: left-padded prompts, right-padded responses."""
-    prompt_len, response_len = 4, 96
-    prompts = torch.full((len(rows), prompt_len), tokenizer.pad_token_id, dtype=torch.long)
-    responses = torch.full((len(rows), response_len), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), prompt_len + response_len), dtype=torch.long)
-    for i, (_, text, *_rest) in enumerate(rows):
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:response_len]
+    n = len(responses_ids)
+    prompts = torch.full((n, prompt_len), tokenizer.pad_token_id, dtype=torch.long)
+    responses = torch.full((n, width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((n, prompt_len + width), dtype=torch.long)
+    for i, ids in enumerate(responses_ids):
+        ids = ids[:width]
         prompts[i, -1] = tokenizer.pad_token_id + 1
         mask[i, prompt_len - 1] = 1
         responses[i, : len(ids)] = torch.tensor(ids)
@@ -87,11 +88,17 @@ def _data(tokenizer, rows=ROWS) -> DataProto:
         tensors={"prompts": prompts, "responses": responses, "attention_mask": mask,
                  "input_ids": torch.cat([prompts, responses], dim=1)},
         non_tensors={
-            "data_source": np.array([r[0] for r in rows], dtype=object),
-            "reward_model": np.array([{"ground_truth": r[2], "style": "rule"} for r in rows], dtype=object),
-            "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
+            "data_source": np.array(sources, dtype=object),
+            "reward_model": np.array([{"ground_truth": t, "style": "rule"} for t in truths], dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
         },
     )
+
+
+def _data(tokenizer, rows=ROWS) -> DataProto:
+    """The ROWS batch: (data source, response text, ground truth, ...) per row."""
+    ids = [tokenizer(r[1], add_special_tokens=False)["input_ids"] for r in rows]
+    return _batch(tokenizer, ids, [r[0] for r in rows], [r[2] for r in rows], prompt_len=4, width=96)
 
 
 def _config(*overrides: str):
@@ -225,26 +232,9 @@ def test_compute_score_reads_the_explicit_truncation_flag():
 
 def _window_data(tokenizer, rows: list[tuple[str, bool]], width: int) -> DataProto:
     """Responses in a `width`-token window; each row's text, then the eos token if the bool says."""
-    prompt_len = 2
-    prompts = torch.full((len(rows), prompt_len), tokenizer.pad_token_id, dtype=torch.long)
-    responses = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), prompt_len + width), dtype=torch.long)
-    for i, (text, eos) in enumerate(rows):
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = (ids + [tokenizer.eos_token_id] if eos else ids)[:width]
-        prompts[i, -1] = tokenizer.pad_token_id + 1
-        mask[i, prompt_len - 1] = 1
-        responses[i, : len(ids)] = torch.tensor(ids)
-        mask[i, prompt_len : prompt_len + len(ids)] = 1
-    return DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "attention_mask": mask,
-                 "input_ids": torch.cat([prompts, responses], dim=1)},
-        non_tensors={
-            "data_source": np.array(["openai/gsm8k"] * len(rows), dtype=object),
-            "reward_model": np.array([{"ground_truth": "72", "style": "rule"}] * len(rows), dtype=object),
-            "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
-        },
-    )
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if eos else [])
+           for text, eos in rows]
+    return _batch(tokenizer, ids, ["openai/gsm8k"] * len(rows), ["72"] * len(rows), prompt_len=2, width=width)
 
 
 @pytest.mark.parametrize("manager", ["VeristepRewardManager", "VeristepDAPORewardManager"])

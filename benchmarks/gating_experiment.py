@@ -690,6 +690,44 @@ def format_tables(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_lr_sweep(records: list[dict[str, Any]], path: Path, title: str, grpo_lr_scale: float) -> bool:
+    """Final pass@1 against the learning-rate multiple, one line per method, every seed a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_method: dict[str, dict[float, list[float]]] = {}
+    for r in records:
+        base, scale = split_arm(r["arm"])
+        if base == "grpo_lr":
+            base, scale = "grpo", scale * grpo_lr_scale
+        by_method.setdefault(base, {}).setdefault(scale, []).append(100 * r["final"]["pass@1"])
+    swept = {m: rates for m, rates in by_method.items() if len(rates) >= 2}
+    if not swept:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (method, rates) in enumerate(sorted(swept.items())):
+        colour = plt.get_cmap("tab10")(i)
+        xs = sorted(rates)
+        ax.plot(xs, [statistics.fmean(rates[x]) for x in xs], "-o", color=colour, label=method)
+        for x in xs:
+            ax.scatter([x] * len(rates[x]), rates[x], color=colour, s=10, alpha=0.5)
+    ax.set_xscale("log")
+    ax.set_xticks(sorted({x for rates in swept.values() for x in rates}))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("learning rate, multiple of the recipe's 3e-5")
+    ax.set_ylabel("held-out pass@1 after training (%)")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def plot(summary: dict[str, Any], path: Path, title: str) -> None:
     """Learning curves with 95 % CI bands, paired differences to GRPO, first-error blame."""
     import matplotlib
@@ -882,6 +920,10 @@ def main(argv: list[str] | None = None) -> int:
              + ("" if full else f" -- REDUCED RUN ({n_seeds} seeds)"))
     try:
         plot(summary, prefix.with_suffix(".png"), title)
+        lr_path = prefix.with_name(prefix.name + "_lr.png")
+        if plot_lr_sweep(records, lr_path, f"{settings.dataset}: learning-rate sweep, {n_seeds} seeds at most",
+                         settings.grpo_lr_scale):
+            print(f"wrote {lr_path}", flush=True)
     except ImportError:  # `make run-step-credit` installs the package alone, without the plot extra
         print("matplotlib is not installed (pip install 'veristep[plot]'): no plot written", flush=True)
     report = {

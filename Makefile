@@ -62,10 +62,12 @@ $(VERL_STAMP): $(STAMP)
 run: $(RUN_STAMP)
 	$(PY) train/gated_grpo.py
 
-# The step-credit condition's demonstration (docs/experiment.md): GRPO and the rule PRM with
-# prefix credit, one seed each, on 8-step chains; builds that condition's warm start on first use.
+# The step-credit condition's demonstration (docs/experiment.md), one seed each on 8-step chains:
+# GRPO at the recipe's learning rate and at 2.62x (its best reliable rate there) beside the rule
+# PRM with prefix credit at 2.62x. Builds that condition's warm start on first use.
 run-step-credit: $(RUN_STAMP)
-	OMP_NUM_THREADS=1 $(PY) benchmarks/gating_experiment.py --condition chain8 --arms grpo,rule_prefix \
+	OMP_NUM_THREADS=1 $(PY) benchmarks/gating_experiment.py --condition chain8 \
+	    --arms grpo,grpo@lr2.62,rule_prefix@lr2.62 \
 	    --extra-arms "" --seeds 1 --steps 50 --eval-size 150 --eval-interval 25 --set eval_greedy=false \
 	    --runs-dir runs/step_credit --results runs/step_credit/step_credit
 

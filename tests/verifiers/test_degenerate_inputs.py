@@ -141,7 +141,10 @@ def test_every_verifier_returns_a_status_in_time_on_degenerate_text():
     assert not [t for t in threads if t.is_alive()], "a verifier never returned"
     assert not failures, "\n".join(failures)
     gap = max(b - a for a, b in zip(ticks, ticks[1:], strict=False))
-    assert gap < 1.0 * slack, f"other threads stood still for {gap:.2f}s"
+    # A pattern that holds the GIL on these 1 MB inputs holds it for minutes; 2 s leaves room for
+    # the scheduler on a busy runner, whose load may have risen since the start (the 1-minute
+    # average lags), so the larger of the two readings counts.
+    assert gap < 2.0 * max(slack, _slack()), f"other threads stood still for {gap:.2f}s"
 
 
 # ---- the red team's cases, one by one (each took seconds to minutes before) ------------------

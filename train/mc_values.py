@@ -10,7 +10,6 @@ sample with. The scorer's names are re-exported here, where they used to live.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from veristep.prm.mc_labels import Policy
@@ -60,29 +59,11 @@ def load_policy(path: str, *, max_new_tokens: int = 128, temperature: float = 1.
         raise ValueError(f"cannot load policy model {path!r}: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    # The engine reads only these fields of the trainer's config.
-    cfg = _EngineConfig(rollout=rollout, max_completion_len=max_new_tokens, temperature=temperature,
-                        rollout_batch_prompts=batch_prompts, tokenizer=path)
+    # The engine reads only its rollout fields of the config; the rest keep their defaults.
+    cfg = Config(rollout=rollout, max_completion_len=max_new_tokens, temperature=temperature,
+                 rollout_batch_prompts=batch_prompts, tokenizer=path, dtype="float32",
+                 vllm_gpu_memory_utilization=0.5)
     engine = build_engine(cfg, model, tokenizer, path, torch.device(device), distributed=False)
     return Policy(path, model, tokenizer, engine, OutcomeRewarder([verifier], [1.0]), device,
                   max_new_tokens)
 
-
-@dataclass
-class _EngineConfig:
-    """The subset of the trainer's Config that `build_engine` reads."""
-
-    rollout: str = "hf"
-    max_completion_len: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    dtype: str = "float32"
-    fsdp: bool = False
-    rollout_batch_prompts: int = 0
-    reproducible_rollouts: bool = False
-    seed: int = 0
-    vllm_max_model_len: int | None = None
-    max_prompt_len: int = 256
-    vllm_gpu_memory_utilization: float = 0.5
-    vllm_sleep_mode: bool = False
-    tokenizer: str | None = None

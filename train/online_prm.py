@@ -50,7 +50,7 @@ def update_online_prm(scorer: Any | None, problem_texts: Sequence[str], completi
     if not is_online(scorer):
         return {}
     G = outcome.shape[1]
-    rows = [i for i in range(len(completions)) if bool(judged.view(-1)[i])]
+    rows = [i for i, ok in enumerate(judged.reshape(-1).tolist()) if ok]
     flat = outcome.reshape(-1).tolist()
     out = scorer.update([problem_texts[i // G] for i in rows], [completions[i] for i in rows],
                         [flat[i] for i in rows])

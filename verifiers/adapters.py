@@ -22,7 +22,7 @@ from typing import Any
 
 from veristep.verifiers.core.registry import get_verifier
 from veristep.verifiers.core.result import Status, Verifier, VerifyResult
-from veristep.verifiers.core.text import completion_text, mark_truncated
+from veristep.verifiers.core.text import completion_text, eos_set, mark_truncated
 
 _PACKAGE = "veristep.verifiers.adapters"
 
@@ -129,8 +129,7 @@ class TRLRewardFunction:
     ) -> None:
         # TRL passes each completion's token ids, up to and including its end-of-sequence
         # token: one that does not end in it was cut off (mark_truncated, docs/verifiers.md).
-        self._eos = None if eos_token_id is None else frozenset(
-            [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
+        self._eos = None if eos_token_id is None else eos_set(eos_token_id)
         if remote is not None:  # verdicts from a `veristep serve` server: no pools here
             if config or not isinstance(verifier, str):
                 raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
@@ -193,6 +192,11 @@ class TRLRewardFunction:
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Score a batch of completions; None where the verifier could not judge."""
+        texts, refs = self._inputs(completions, kwargs)
+        return self._rewards(_verify(self.verifier, texts, refs), kwargs)
+
+    def _inputs(self, completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[str], list[Any]]:
+        """The texts (cut-off ones marked) and references of one TRL call."""
         texts = [_safe_text(c) for c in completions]
         ids = kwargs.get("completion_ids")
         eos = getattr(self, "_eos", None)  # None in a function pickled by an older veristep
@@ -200,7 +204,10 @@ class TRLRewardFunction:
             texts = [mark_truncated(text, bool(row) and _last(row) not in eos)
                      for text, row in zip(texts, ids, strict=True)]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
-        results = _verify(self.verifier, texts, self.references(len(texts), columns))
+        return texts, self.references(len(texts), columns)
+
+    def _rewards(self, results: list[VerifyResult], kwargs: dict[str, Any]) -> list[float | None]:
+        """Count and log one call's results; its rewards, None where unjudged."""
         self._unjudged.add(results)
         self._log(results, kwargs)
         return [None if not r.judged else float(r.reward) for r in results]

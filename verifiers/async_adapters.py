@@ -25,10 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from veristep.verifiers.adapters import (
-    _TRL_EXTRAS,
     TRLRewardFunction,
     _BadReference,
-    _last,
     _safe_text,
     _UnjudgedLog,
 )
@@ -58,18 +56,8 @@ class AsyncTRLRewardFunction(TRLRewardFunction):
 
     async def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         """Score a batch of completions without blocking TRL's loop; None where unjudged."""
-        texts = [_safe_text(c) for c in completions]
-        ids = kwargs.get("completion_ids")
-        eos = getattr(self, "_eos", None)
-        if eos is not None and isinstance(ids, (list, tuple)) and len(ids) == len(texts):
-            # as the blocking function: no end-of-sequence token at the end means cut off
-            texts = [mark_truncated(text, bool(row) and _last(row) not in eos)
-                     for text, row in zip(texts, ids, strict=True)]
-        columns = {k: v for k, v in kwargs.items() if k not in _TRL_EXTRAS}
-        results = await _averify(self.verifier, texts, self.references(len(texts), columns))
-        self._unjudged.add(results)
-        self._log(results, kwargs)
-        return [None if not r.judged else float(r.reward) for r in results]
+        texts, refs = self._inputs(completions, kwargs)
+        return self._rewards(await _averify(self.verifier, texts, refs), kwargs)
 
 
 def async_trl_reward_func(

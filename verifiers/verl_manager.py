@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from veristep.verifiers.core.text import eos_set
 from verl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 
@@ -35,13 +36,8 @@ _PACKAGE = "veristep.verifiers.verl_manager"
 
 def eos_ids(tokenizer: Any, extra: Iterable[int] = ()) -> frozenset[int]:
     """The end-of-sequence token ids of `tokenizer` (its eos_token_id, one id or a list) plus `extra`."""
-    ids: set[int] = set(int(i) for i in extra)
     eos = getattr(tokenizer, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, (list, tuple)):
-        ids.update(int(i) for i in eos)
-    return frozenset(ids)
+    return eos_set(eos if isinstance(eos, (int, list, tuple)) else None) | eos_set(extra)
 
 
 def response_truncated(data_item: Any, eos: frozenset[int]) -> bool:

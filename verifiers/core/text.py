@@ -6,7 +6,7 @@ Shared by the command line (JSONL records) and the TRL / verl adapters (trainer 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -87,3 +87,10 @@ def _message_text(message: dict[str, Any]) -> str:
             payload = json.dumps({"name": fn.get("name"), "arguments": args}, default=str)
             text += f"\n<tool_call>\n{payload}\n</tool_call>"
     return text
+
+
+def eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
+    """End-of-sequence ids as a set: a tokenizer's `eos_token_id` is one id, a list, or None."""
+    if eos_token_id is None:
+        return frozenset()
+    return frozenset([int(eos_token_id)] if isinstance(eos_token_id, int) else (int(i) for i in eos_token_id))

@@ -16,26 +16,19 @@ from typing import Any
 
 from veristep.common.jsonl_io import EXIT_OK, run_command
 
-# Each module exposes `register(subparsers)`, adding its sub-command and setting `func` on it.
-# Listed lazily so `veristep --help` stays fast and a part's heavy imports load only when used.
-_COMMAND_MODULES: tuple[str, ...] = (
-    "veristep.verifiers.cli.verify",
-    "veristep.verifiers.cli.audit",
-    "veristep.prm.cli",
-    "veristep.train.cli",
-    "veristep.bench",
-    "veristep.serve.cli",
-)
-# The sub-command each module registers: `veristep verify ...` imports only its own module
-# (the trainer's imports torch, several seconds of a short verify run's start-up).
-_COMMAND_OF_MODULE: dict[str, str] = {
-    "veristep.verifiers.cli.verify": "verify",
-    "veristep.verifiers.cli.audit": "audit",
-    "veristep.prm.cli": "prm",
-    "veristep.train.cli": "train",
-    "veristep.bench": "bench",
-    "veristep.serve.cli": "serve",
+# Sub-command -> the module that registers it (`register(subparsers)`, setting `func`), in the
+# order of `veristep --help`. Imported lazily so `veristep --help` stays fast, and `veristep
+# verify ...` imports only its own module (the trainer's imports torch, several seconds of a
+# short verify run's start-up).
+_COMMAND_MODULES: dict[str, str] = {
+    "verify": "veristep.verifiers.cli.verify",
+    "audit": "veristep.verifiers.cli.audit",
+    "prm": "veristep.prm.cli",
+    "train": "veristep.train.cli",
+    "bench": "veristep.bench",
+    "serve": "veristep.serve.cli",
 }
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends "(default: X)" to an option's help unless there is no default or it is said."""
@@ -105,7 +98,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    names = [m for m in _COMMAND_MODULES if _COMMAND_OF_MODULE.get(m) == command] or _COMMAND_MODULES
+    names = [_COMMAND_MODULES[command]] if command in _COMMAND_MODULES else list(_COMMAND_MODULES.values())
     for name in names:
         try:
             module = importlib.import_module(name)

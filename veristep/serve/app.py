@@ -139,8 +139,7 @@ def create_app(service: Service) -> Starlette:
         # OpenRLHF's own client sends no cut-off signal; a caller that has one sends `truncated`
         cut = _column(body, "truncated", len(queries))
         for i, flag in enumerate(cut):
-            if flag is not None and not isinstance(flag, bool):
-                cut_flag(flag, f"get_reward: truncated[{i}]")  # raises the 422
+            cut_flag(flag, f"get_reward: truncated[{i}]")  # a 422 for anything but a bool or null
         unjudged = _unjudged_value(body, service.config.unjudged_reward)
         completions = mark_cut([completion_of(q, p) for q, p in zip(queries, prompts, strict=True)], cut)
         pairs = service.label_items(kind, completions, labels)

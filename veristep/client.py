@@ -62,12 +62,10 @@ def row_of(completion: Any, reference: Any) -> dict[str, Any]:
     else:
         row = {"completion": completion, "answer": reference}
     if isinstance(completion, str):
+        for key in _CUT_KEYS:
+            row.pop(key, None)
         if is_truncated(completion):
-            row.pop("finish_reason", None)
             row["truncated"] = True
-        elif "truncated" in row or "finish_reason" in row:
-            for key in _CUT_KEYS:
-                row.pop(key, None)
     return row
 
 

@@ -130,22 +130,12 @@ class TRLRewardFunction:
         # TRL passes each completion's token ids, up to and including its end-of-sequence
         # token: one that does not end in it was cut off (mark_truncated, docs/verifiers.md).
         self._eos = None if eos_token_id is None else eos_set(eos_token_id)
-        if remote is not None:  # verdicts from a `veristep serve` server: no pools here
-            if config or not isinstance(verifier, str):
-                raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
-            from veristep.client import RemoteVerifier
-
-            self._kind, self._config = None, {}
-            self._verifier = RemoteVerifier(remote, verifier)
-        elif isinstance(verifier, str):
-            self._kind: str | None = verifier
-            self._config = config
-            # Built now so a bad kind or config fails at set-up, not at the first training step.
-            self._verifier: Verifier | None = get_verifier(verifier, **config)
-        else:
-            if config:
-                raise ValueError("pass config keywords only with a verifier kind, not an instance")
-            self._kind, self._config, self._verifier = None, {}, verifier
+        # Built now so a bad kind or config fails at set-up, not at the first training step.
+        self._verifier: Verifier | None = adapter_verifier(verifier, remote, config)
+        # a local kind is rebuilt from these in a process this function is pickled into
+        local = remote is None and isinstance(verifier, str)
+        self._kind: str | None = verifier if local else None
+        self._config = config if local else {}
         self.reference_column = reference_column
         self.__name__ = name or f"veristep_{getattr(verifier, 'kind', verifier)}"
         self._lock = threading.Lock()
@@ -240,6 +230,22 @@ class TRLRewardFunction:
 _TRL_EXTRAS = frozenset(
     {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
 )
+
+
+def adapter_verifier(verifier: str | Verifier, remote: str | None, config: Mapping[str, Any]) -> Verifier:
+    """What an adapter scores with: a `veristep serve` server's kind (`remote=`, no pools here),
+    a kind built with `config`, or a verifier instance (no config)."""
+    if remote is not None:
+        if config or not isinstance(verifier, str):
+            raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
+        from veristep.client import RemoteVerifier
+
+        return RemoteVerifier(remote, verifier)
+    if isinstance(verifier, str):
+        return get_verifier(verifier, **config)
+    if config:
+        raise ValueError("pass config keywords only with a verifier kind, not an instance")
+    return verifier
 
 
 def _safe_text(completion: Any) -> str:

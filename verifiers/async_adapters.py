@@ -29,6 +29,7 @@ from veristep.verifiers.adapters import (
     _BadReference,
     _safe_text,
     _UnjudgedLog,
+    adapter_verifier,
 )
 from veristep.verifiers.core.aio import averify_batch
 from veristep.verifiers.core.registry import get_verifier
@@ -239,14 +240,7 @@ class VerifiersReward:
     def __init__(self, kind: str | Verifier = "math", *, name: str | None = None, weight: float = 1.0,
                  reference_key: str | None = None, unjudged_reward: float | None = None,
                  remote: str | None = None, **config: Any) -> None:
-        if remote is not None:
-            if config or not isinstance(kind, str):
-                raise ValueError("remote= takes the server's kind name and no config (the server holds it)")
-            from veristep.client import RemoteVerifier
-
-            self.verifier: Verifier = RemoteVerifier(remote, kind)
-        else:
-            self.verifier = get_verifier(kind, **config) if isinstance(kind, str) else kind
+        self.verifier: Verifier = adapter_verifier(kind, remote, config)
         self.__name__ = name or f"veristep_{getattr(self.verifier, 'kind', kind)}"
         self._vf_weight = float(weight)
         self.reference_key = reference_key

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import StepScores
-from .options import parse_options
+from .options import parse_options, spec_kind
 from .steps import split_steps, step_texts
 
 #: Default continuations per step prefix.
@@ -41,7 +41,7 @@ def parse_mc_spec(spec: str) -> dict[str, int]:
 
 def is_mc_spec(spec: str | None) -> bool:
     """Whether a `prm` spec names the Monte-Carlo scorer."""
-    return bool(spec) and spec.partition(":")[0].strip().lower() == "mc"
+    return spec_kind(spec) == "mc"
 
 
 class MCStepScorer:

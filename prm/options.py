@@ -7,6 +7,11 @@ their options without importing another scorer's module.
 from __future__ import annotations
 
 
+def spec_kind(spec: str | None) -> str:
+    """A scorer spec's kind, lower-case (`mc` of `mc:k=4`); "" for no spec."""
+    return spec.partition(":")[0].strip().lower() if spec else ""
+
+
 def parse_options(spec_tail: str, allowed: dict[str, type]) -> dict[str, object]:
     """`k=4,seed=1` -> {"k": 4, "seed": 1}, typed by `allowed`; unknown or bad values raise ValueError."""
     out: dict[str, object] = {}

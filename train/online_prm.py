@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from veristep.prm.options import spec_kind
 
 from .distributed import DistInfo
 from .lockstep import refuse_multi_process
@@ -31,7 +32,7 @@ def is_online(scorer: Any | None) -> bool:
 
 def is_implicit_spec(spec: str | None) -> bool:
     """Whether a `prm` spec names the implicit PRM."""
-    return bool(spec) and spec.partition(":")[0].strip().lower() == "implicit"
+    return spec_kind(spec) == "implicit"
 
 
 def check_online_prm(spec: str, info: DistInfo) -> None:

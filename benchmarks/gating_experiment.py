@@ -108,6 +108,8 @@ CONDITION_SETUP: dict[str, dict[str, Any]] = {
                "matched_pairs": [("oracle_prefix@lr0.62", "grpo"), ("oracle_prefix", "grpo_lr"),
                                  ("oracle_prefix@lr1.62", "grpo@lr2.62"), ("oracle_prefix@lr2.62", "grpo@lr4.24")]},
 }
+#: The committed results of a condition's full experiment, which `--brief` prints beside a run.
+REFERENCE_RESULTS = {"chain8": REPO / "benchmarks" / "results" / "gating_experiment_chain8.json"}
 #: Step metrics averaged over a run: the credit diagnostic and the advantage coverage.
 DIAGNOSTIC_KEYS = ("gate/first_error_blamed", "credit/adv_on_track", "credit/adv_first_error",
                    "credit/adv_after_error", "credit/adv_answer", "adv/nonzero_frac")
@@ -690,6 +692,63 @@ def format_tables(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _prompt_se(values: list[float] | None) -> str:
+    if not values or len(values) < 2:
+        return ""
+    return f" ± {100 * statistics.stdev(values) / math.sqrt(len(values)):.1f}"
+
+
+def brief_summary(records: list[dict[str, Any]], reference: dict[str, Any] | None) -> str:
+    """The main job's tables: this run's arms, each step-credit arm minus each GRPO arm, and the
+    committed experiment's numbers for the same arms beside them (read from its JSON, not rerun)."""
+    by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in records:
+        by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+    ref_by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in (reference or {}).get("runs", []):
+        if r["arm"] in by_arm:
+            ref_by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+    n_seeds = max(len(runs) for runs in by_arm.values())
+    unit = ("one seed: ± is the standard error over the held-out prompts, evaluation noise only"
+            if n_seeds == 1 else f"± is the standard error over {n_seeds} seeds")
+    lines = [f"this run ({unit})", "",
+             "| arm | pass@1 before | after | gain |", "|---|---|---|---|"]
+    for arm, runs in by_arm.items():
+        finals = [r["final"] for r in runs.values()]
+        before = statistics.fmean(f["pass@1_before"] for f in finals)
+        after = statistics.fmean(f["pass@1"] for f in finals)
+        se = (_prompt_se(finals[0].get("pass@1_per_prompt")) if len(finals) == 1
+              else _prompt_se([f["pass@1"] for f in finals]))
+        lines.append(f"| {arm} | {_pct(before)} | {_pct(after)}{se} | {_pct(after - before, sign=True)} |")
+    grpo = [a for a in by_arm if a.partition("@")[0] in ("grpo", "grpo_lr")]
+    lines += ["", "| pass@1 difference | this run | committed experiment, 95% CI over seeds |", "|---|---|---|"]
+    for arm in (a for a in by_arm if a not in grpo):
+        for base in grpo:
+            here = paired(by_arm[arm], by_arm[base], "pass@1")
+            se = here["eval_noise_se"] if n_seeds == 1 else (here["sd"] or 0) / math.sqrt(here["n"])
+            there = paired(ref_by_arm.get(arm, {}), ref_by_arm.get(base, {}), "pass@1")
+            lo, hi = there["ci95"]
+            ref_cell = "-" if lo is None else (f"{_pct(there['mean'], sign=True)} [{_pct(lo, sign=True)}, "
+                                               f"{_pct(hi, sign=True)}], {there['n']} seeds")
+            lines.append(f"| {arm} - {base} | {_pct(here['mean'], sign=True)}"
+                         f"{'' if se is None else f' ± {100 * se:.1f}'} | {ref_cell} |")
+    if ref_by_arm:
+        lines += ["", "the committed experiment's runs of these arms (pass@1 after: mean (sd over seeds))", "",
+                  "| arm | seeds | pass@1 after |", "|---|---|---|"]
+        for arm, runs in ref_by_arm.items():
+            stats = mean_ci95([r["final"]["pass@1"] for r in runs.values()])
+            sd = "" if stats["sd"] is None else f" ({_pct(stats['sd'])})"
+            lines.append(f"| {arm} | {stats['n']} | {_pct(stats['mean'])}{sd} |")
+    for row in ((reference or {}).get("best_rates") or {}).get("vs_grpo_best", []):
+        if row["arm"] in by_arm:
+            d = row["pass@1"]
+            lines.append(f"\ncommitted experiment, each method at its best learning rate: {row['arm']} - "
+                         f"{row['against']} (GRPO's best of {row['grpo_rates']} rates): "
+                         f"{_pct(d['mean'], sign=True)} [{_pct(d['ci95'][0], sign=True)}, "
+                         f"{_pct(d['ci95'][1], sign=True)}], {d['n']} seeds")
+    return "\n".join(lines)
+
+
 def plot_lr_sweep(records: list[dict[str, Any]], path: Path, title: str, grpo_lr_scale: float) -> bool:
     """Final pass@1 against the learning-rate multiple, one line per method, every seed a dot."""
     import matplotlib
@@ -829,6 +888,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--add-json", type=Path, action="append", default=[],
                    help="merge the runs of another results JSON (e.g. seeds run apart)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 arms, 1 seed, 3 steps, tiny eval")
+    p.add_argument("--brief", action="store_true",
+                   help="print only this run's arms and each step-credit arm minus each GRPO arm, beside the "
+                        "committed experiment's numbers for the same arms (what `make run` prints)")
     return p.parse_args(argv)
 
 
@@ -924,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
         if plot_lr_sweep(records, lr_path, f"{settings.dataset}: learning-rate sweep, {n_seeds} seeds at most",
                          settings.grpo_lr_scale):
             print(f"wrote {lr_path}", flush=True)
-    except ImportError:  # `make run-step-credit` installs the package alone, without the plot extra
+    except ImportError:  # `make run` installs the package alone, without the plot extra
         print("matplotlib is not installed (pip install 'veristep[plot]'): no plot written", flush=True)
     report = {
         "reduced": not full, "reading_rule": reading_rule, "condition": args.condition,
@@ -948,6 +1010,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["benchmarks/gating_experiment.py", *(argv if argv is not None else sys.argv[1:])]),
     }
     prefix.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    if args.brief:
+        ref_path = REFERENCE_RESULTS.get(args.condition)
+        reference = json.loads(ref_path.read_text()) if ref_path and ref_path.exists() else None
+        print(f"\n{settings.dataset}: {settings.rollout_budget} rollouts a run, held-out pass@1 at T = 1 on "
+              f"{settings.eval_size} prompts x {settings.eval_samples}; committed experiment: "
+              f"{ref_path if reference else 'none'}\n\n{brief_summary(records, reference)}\n\n"
+              f"wrote {prefix.with_suffix('.json')} (every table of the experiment; docs/experiment.md reads them)")
+        return 0
     pc = summary["positive_control"]
     need = "needs >= +5.0" if pc["required"] == 0.05 else f"needs: {pc['required']}"
     print(f"\npositive control (GRPO gain, pass@1 T=1): {_pct(pc['mean'], sign=True)} points over {pc['n']} seeds "

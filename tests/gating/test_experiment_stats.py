@@ -280,3 +280,35 @@ def test_recollect_keeps_the_final_models_diagnosis(tmp_path):
     assert rec["mechanism"] == mech
     row = exp.summarise([rec], ["grpo"], budget=64)["rows"][0]
     assert row["step_accuracy"]["mean"] == 0.8 and row["step_accuracy_by_position"] == [0.8, 0.8]
+
+
+def _demo_rec(arm, seed, before, after):
+    rec = _rec(arm, seed, sum(after) / len(after), before=sum(before) / len(before), greedy=None)
+    rec["final"].update({"pass@1_per_prompt": after, "pass@1_before_per_prompt": before})
+    return rec
+
+
+def test_brief_summary_puts_grpo_beside_the_step_credit_arm():
+    before = [0.0, 0.25, 0.0, 0.25]
+    grpo, step = [0.25, 0.5, 0.0, 0.25], [0.75, 0.5, 0.25, 0.5]
+    run = [_demo_rec("grpo", 0, before, grpo), _demo_rec("rule_prefix@lr2.62", 0, before, step)]
+    # the committed experiment: 3 seeds, differences 0.10, 0.20, 0.30 -> mean 0.20, t(2) interval
+    ref = {"runs": [_rec("grpo", s, 0.30) for s in range(3)]
+           + [_rec("rule_prefix@lr2.62", s, 0.40 + 0.1 * s) for s in range(3)]}
+    text = exp.brief_summary(run, ref)
+    # after, with the SE over prompts: grpo 25.0, sd of [.25,.5,0,.25] = 0.2041 -> SE 10.2
+    assert "| grpo | 12.5 | 25.0 ± 10.2 | +12.5 |" in text
+    assert "| rule_prefix@lr2.62 | 12.5 | 50.0 ± 10.2 | +37.5 |" in text
+    # the paired difference over prompts: [.5, 0, .25, .25] -> mean 25.0, SE 10.2
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert (f"| rule_prefix@lr2.62 - grpo | +25.0 ± 10.2 | +20.0 [{100 * (0.2 - half):+.1f}, "
+            f"{100 * (0.2 + half):+.1f}], 3 seeds |") in text
+    # the committed experiment's arm means sit beside this run's
+    assert "| grpo | 3 | 30.0 (0.0) |" in text and "| rule_prefix@lr2.62 | 3 | 50.0 (10.0) |" in text
+
+
+def test_brief_summary_without_a_committed_experiment():
+    before = [0.0, 0.5]
+    run = [_demo_rec("grpo", 0, before, [0.5, 0.5]), _demo_rec("rule_prefix", 0, before, [1.0, 0.5])]
+    text = exp.brief_summary(run, None)
+    assert "| rule_prefix - grpo | +25.0 ± 25.0 | - |" in text

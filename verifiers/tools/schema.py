@@ -146,6 +146,7 @@ def _normalize_types(schema: Any) -> Any:
         schema["type"] = [_TYPE_ALIASES.get(k, k) for k in kind if k not in _NO_TYPE] or None
         if schema["type"] is None:
             del schema["type"]
+    _move_item_enum(schema)
     for key in _SUBSCHEMA_KEYS:
         if isinstance(schema.get(key), dict):
             _normalize_types(schema[key])
@@ -158,6 +159,25 @@ def _normalize_types(schema: Any) -> Any:
             for sub in schema[key].values():
                 _normalize_types(sub)
     return schema
+
+
+def _move_item_enum(schema: dict[str, Any]) -> None:
+    """An array's `enum` that lists no array is its items' enum.
+
+    Function docs (BFCL's live ones among them) write `{"type": "array", "enum": ["co2", ...]}`
+    for "a list of these values"; read as JSON Schema no array could fit it, so every call and
+    every expected value would break the schema. An enum that lists arrays keeps its meaning.
+    """
+    enum_values, items = schema.get("enum"), schema.get("items", {})
+    if (
+        schema.get("type") == "array"
+        and isinstance(enum_values, list)
+        and enum_values
+        and not any(isinstance(v, list) for v in enum_values)
+        and isinstance(items, dict)
+        and "enum" not in items
+    ):
+        schema["items"] = {**items, "enum": schema.pop("enum")}
 
 
 def _function_definition(tool: Any) -> Mapping[str, Any]:
@@ -266,14 +286,17 @@ def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list
 
     An explicit null for a declared parameter that is not required stands for "not given"
     (Python's `f(mod=None)`, OpenAI strict mode's nullable optional fields), so it is not
-    held to the parameter's type; matching still compares it with the expected values.
+    held to the parameter's type; nor is a value equal to the parameter's declared `default`
+    (the definition itself names it: BFCL's integer `year` with default "dontcare"). Matching
+    still compares both with the expected values.
     """
     if spec.valid is not None and _known_valid(spec.valid, arguments):
         return []
-    if any(v is None for v in arguments.values()):
-        required, declared = spec.required, spec.properties
-        arguments = {k: v for k, v in arguments.items()
-                     if not (v is None and k in declared and k not in required)}
+    required, declared = spec.required, spec.properties
+    given = {k: v for k, v in arguments.items()
+             if k in required or k not in declared or not (v is None or _is_default(v, declared[k]))}
+    if len(given) < len(arguments):
+        arguments = given
         if spec.valid is not None and _known_valid(spec.valid, arguments):
             return []
     issues: list[SchemaIssue] = []
@@ -314,6 +337,26 @@ def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list
             kind = Violation.CONSTRAINT
         issues.append(SchemaIssue(kind, where, _short(error.message)))
     return issues[:MAX_ISSUES_PER_CALL]
+
+
+def _is_default(value: Any, prop_schema: Any) -> bool:
+    """True when `value` is the parameter's declared default, types included (True is not 1)."""
+    if not isinstance(prop_schema, Mapping) or "default" not in prop_schema:
+        return False
+    try:
+        return _same(value, prop_schema["default"])
+    except RecursionError:  # a default nested past the stack is nobody's argument
+        return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
 
 
 def validate_parameter(spec: FunctionSpec, param: str, value: Any) -> list[SchemaIssue]:

@@ -504,3 +504,68 @@ def test_null_for_an_optional_parameter_means_not_given(verifier):
     ]
     for mod, arguments, status in cases:
         assert verifier.verify(hermes(("math.power", arguments)), ref(mod)).status is status, (mod, arguments)
+
+
+def test_a_value_equal_to_the_declared_default_passes_the_schema(verifier):
+    # BFCL's live function docs declare defaults their own type or enum rejects (`year`:
+    # integer, default "dontcare", "Use 'dontcare' to include songs from any year"; `unit`:
+    # enum seconds/milliseconds, default "N/A"), and its answers list them: a call that sends
+    # the documented default was a schema_violation (issue 31, ~150 cases in bfcl_bench).
+    tools = [{"name": "find_music", "parameters": {"type": "dict", "properties": {
+        "genre": {"type": "string", "enum": ["Rock", "Pop"], "default": "dontcare"},
+        "year": {"type": "integer", "description": "Use 'dontcare' for any year.", "default": "dontcare"},
+        "unit": {"type": "string", "enum": ["seconds", "milliseconds"], "default": "N/A"},
+        "tags": {"type": "array", "items": {"type": "string"}, "default": []}},
+        "required": ["genre"]}}]
+
+    def ref(**allowed):
+        expected = {"genre": ["Rock"], "year": ["", "dontcare"], "unit": ["", "N/A"], "tags": ["", []]}
+        return {"tools": tools, "expected": [{"find_music": {**expected, **allowed}}]}
+
+    cases = [
+        (ref(), {"genre": "Rock", "year": "dontcare"}, Status.CORRECT),
+        (ref(), {"genre": "Rock", "unit": "N/A", "tags": []}, Status.CORRECT),
+        (ref(), {"genre": "Rock"}, Status.CORRECT),
+        (ref(), {"genre": "Rock", "year": 1999}, Status.WRONG_ARGUMENTS),  # valid, not allowed
+        (ref(year=[1999]), {"genre": "Rock", "year": "dontcare"}, Status.WRONG_ARGUMENTS),
+        (ref(), {"genre": "Rock", "year": "any"}, Status.SCHEMA_VIOLATION),  # not the default
+        (ref(), {"genre": "Rock", "unit": "n/a"}, Status.SCHEMA_VIOLATION),  # the default exactly
+        (ref(), {"genre": "Rock", "year": 0}, Status.WRONG_ARGUMENTS),
+        (ref(genre=["dontcare"]), {"genre": "dontcare"}, Status.BAD_REFERENCE),  # required: no default
+        (ref(genre=["Rock", "dontcare"]), {"genre": "dontcare"}, Status.SCHEMA_VIOLATION),
+    ]
+    for reference, arguments, status in cases:
+        result = verifier.verify(hermes(("find_music", arguments)), reference)
+        assert result.status is status, (arguments, result.detail)
+    # The documented default is an alternative like any other: not dropped from the reference.
+    result = verifier.verify(hermes(("find_music", {"genre": "Rock", "year": "dontcare"})),
+                             ref(year=["dontcare"]))
+    assert result.correct and "dropped_alternatives" not in result.extra
+
+
+def test_an_enum_of_item_values_on_an_array_parameter_constrains_its_items(verifier):
+    # BFCL's live docs put the items' enum on the array (`metrics`: type array, enum
+    # ["temperature", ...]): as written no array fits it, so every call was a schema_violation
+    # and every reference naming metrics a bad_reference (issue 31).
+    tools = [{"name": "read_sensors", "parameters": {"type": "dict", "properties": {
+        "metrics": {"type": "array", "items": {"type": "string"},
+                    "enum": ["temperature", "humidity", "co2"]},
+        "pairs": {"type": "array", "enum": [[1, 2], [3]]}},
+        "required": []}}]
+
+    def ref(metrics, pairs=("",)):
+        return {"tools": tools, "expected": [{"read_sensors": {"metrics": metrics, "pairs": list(pairs)}}]}
+
+    cases = [
+        (ref([["temperature", "humidity"]]), {"metrics": ["temperature", "humidity"]}, Status.CORRECT),
+        (ref(["", []]), {"metrics": []}, Status.CORRECT),
+        (ref([["co2"]]), {"metrics": ["view"]}, Status.SCHEMA_VIOLATION),
+        (ref([["co2"]]), {"metrics": "co2"}, Status.SCHEMA_VIOLATION),
+        (ref([["view"]]), {"metrics": ["view"]}, Status.BAD_REFERENCE),
+        # an enum of arrays on an array is a list of whole values, as JSON Schema says
+        (ref([["co2"]], [[1, 2]]), {"metrics": ["co2"], "pairs": [1, 2]}, Status.CORRECT),
+        (ref([["co2"]], [[3], [1, 2]]), {"metrics": ["co2"], "pairs": [2, 1]}, Status.SCHEMA_VIOLATION),
+    ]
+    for reference, arguments, status in cases:
+        result = verifier.verify(hermes(("read_sensors", arguments)), reference)
+        assert result.status is status, (arguments, result.detail)

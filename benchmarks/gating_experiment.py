@@ -82,6 +82,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "placebo_prefix": {"advantage": "verigate", "prm": "oracle", "credit": "prefix", "placebo": "steps"},
     "grpo_lr": {"advantage": "grpo"},
     "rule_prefix": {"advantage": "verigate", "prm": "rule", "credit": "prefix"},
+    # PRIME's implicit PRM started from the run's own warm start (pi_phi = pi_ref: every score 0.5
+    # at first) and updated online from each step's outcomes; lr as in prm_builtin_calibration.py.
+    "implicit_prefix": {"advantage": "verigate", "prm": "implicit:{warmstart},lr=5e-4", "credit": "prefix"},
 }
 PROBE_ARMS = ("placebo", "oracle", "oracle_eps0.2", "oracle_eps0.4")
 #: Arms that spend rollouts beyond the batch (they train in chunks up to the budget).
@@ -299,6 +302,8 @@ def trainer_values(settings: Settings, arm: str, seed: int, out: Path, steps: in
                   device=settings.device, checkpoint_interval=0, keep_checkpoints=1, progress=False,
                   log_every=10**9)
     values.update(ARMS[arm])
+    if values.get("prm"):
+        values["prm"] = values["prm"].replace("{warmstart}", settings.warmstart_dir)
     if arm in PROBE_ARMS:
         values["credit"] = settings.probe_credit
     values.update(settings.overrides)

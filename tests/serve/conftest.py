@@ -100,3 +100,50 @@ def start_server(tmp_path: Path) -> Iterator:
     yield start
     for srv in started:
         srv.stop(signal.SIGKILL)
+
+
+def _forget_ray_address(address: str) -> None:
+    """Remove the machine-wide 'latest cluster' note if it points at our test cluster.
+
+    Ray's test Cluster writes it so that a bare `ray.init()` anywhere on this machine would join
+    this cluster; other jobs on a shared machine must not. The server is given the address.
+    """
+    from ray._private.utils import get_ray_address_file
+
+    path = Path(get_ray_address_file(None))
+    try:
+        if path.read_text().strip() == address:
+            path.unlink()
+    except OSError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    """A local two-node Ray cluster (1 CPU each, as two machines would be); its GCS address."""
+    if os.environ.get("VERISTEP_REQUIRE_RAY"):
+        import ray  # noqa: F401 - `make test` installs the ray extra: this must not skip
+    else:
+        pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, connect=False,
+                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        _forget_ray_address(cluster.address)
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_server(ray_cluster: str, tmp_path_factory) -> Iterator[Server]:
+    """`veristep serve math code --ray` on the two-node cluster (one actor per node), with a token."""
+    pytest.importorskip("uvicorn")
+    srv = _start_server(tmp_path_factory.mktemp("serve-ray"), "math", "code", "--workers", "1",
+                        "--ray", ray_cluster, "--token", "s3cret", "--max-queue", "256",
+                        "--set", "code.timeout=20")
+    yield srv
+    srv.stop()

@@ -44,6 +44,7 @@ __all__ = [
     "averify_batch",
     "bridge_for",
     "configure_async",
+    "run_batch",
 ]
 
 #: Lanes (threads) per verifier: enough to overlap one batch's in-process work with another's
@@ -198,23 +199,30 @@ class AsyncBridge:
         verifier = self._verifier()
         if verifier is None:
             return [RuntimeError("the verifier was garbage-collected")] * len(jobs)
-        completions = [j.completion for j in jobs]
-        references = [j.reference for j in jobs]
+        return run_batch(verifier, [j.completion for j in jobs], [j.reference for j in jobs])
+
+
+def run_batch(verifier: Any, completions: Sequence[Any], references: Sequence[Any],
+              ) -> list[VerifyResult | BaseException]:
+    """One `verify_batch`; if it raises, each item alone, so only an item that raises gets its error.
+
+    A verifier may itself return an exception object for an item (the Ray-served verifier does,
+    for an item that raised on its actor); it reaches that item's caller as its exception.
+    """
+    try:
+        results = list(verifier.verify_batch(list(completions), list(references)))
+        if len(results) == len(completions):
+            return results
+    except Exception:  # noqa: BLE001 - found item by item below
+        pass
+    out: list[VerifyResult | BaseException] = []
+    for completion, reference in zip(completions, references, strict=True):
         try:
-            results = list(verifier.verify_batch(completions, references))
-            if len(results) == len(jobs):
-                return results
-        except Exception:  # noqa: BLE001 - found item by item below
-            pass
-        # the batch raised: run each item alone so only the item that raises gets the error
-        out: list[VerifyResult | BaseException] = []
-        for completion, reference in zip(completions, references, strict=True):
-            try:
-                (result,) = verifier.verify_batch([completion], [reference])
-                out.append(result)
-            except Exception as exc:  # noqa: BLE001 - that item's own error
-                out.append(exc)
-        return out
+            (result,) = verifier.verify_batch([completion], [reference])
+            out.append(result)
+        except Exception as exc:  # noqa: BLE001 - that item's own error
+            out.append(exc)
+    return out
 
 
 def _deliver(jobs: Sequence[_Job], outcomes: Sequence[Any]) -> None:

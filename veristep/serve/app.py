@@ -52,7 +52,8 @@ def create_app(service: Service) -> Starlette:
     """The ASGI app of one service."""
     metrics = service.metrics
     if metrics is None:
-        metrics = service.metrics = Metrics(lambda: service.verifiers, lambda: service.inflight)
+        metrics = service.metrics = Metrics(lambda: service.verifiers, lambda: service.inflight,
+                                            service.ray.actors if service.ray is not None else None)
     stamp_headers = {"X-Veristep-Version": service.version, "X-Veristep-Config": service.config_hash}
 
     def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -93,7 +94,10 @@ def create_app(service: Service) -> Starlette:
 
     @endpoint("health", auth=False)
     async def health(request: Request) -> Response:
-        return reply({"status": "ok", "kinds": service.config.kinds, "pid": os.getpid()})
+        body: dict[str, Any] = {"status": "ok", "kinds": service.config.kinds, "pid": os.getpid()}
+        if service.ray is not None:
+            body["ray"] = service.ray.summary()
+        return reply(body)
 
     @endpoint("ready", auth=False)
     async def ready(request: Request) -> Response:
@@ -178,7 +182,7 @@ def create_app(service: Service) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await asyncio.to_thread(_warm_up, service)
+        await asyncio.to_thread(service.warm_up)
         service.ready = True
         try:
             yield
@@ -196,25 +200,6 @@ def create_app(service: Service) -> Starlette:
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
     return app
-
-
-def _warm_up(service: Service) -> None:
-    """Start each verifier's pool before the server says it is ready (first requests stay fast)."""
-    for kind, verifier in service.verifiers.items():
-        sample = _WARM_UP.get(getattr(verifier, "kind", kind))
-        if sample is not None:
-            with contextlib.suppress(Exception):
-                verifier.verify_batch([sample[0]], [verifier.reference_from_record(sample[1])])
-
-
-#: One item per kind that reaches the kind's pool (the math one needs sympy, so its workers and
-#: their imports start now rather than under the first requests).
-_WARM_UP: dict[str, tuple[str, dict[str, Any]]] = {
-    "math": ("\\boxed{(x+1)^2}", {"answer": "x^2+2x+1"}),
-    "code": ("```python\nprint(1)\n```", {"language": "python", "tests": [{"stdin": "", "stdout": "1\n"}]}),
-    "tools": ('<tool_call>{"name": "f", "arguments": {}}</tool_call>', {"expected": [{"name": "f", "arguments": {}}]}),
-    "format": ("<think>a</think>\n<answer>1</answer>", {}),
-}
 
 
 def _check_token(request: Request, token: str | None) -> None:

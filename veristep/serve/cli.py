@@ -54,6 +54,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="threads per kind that hand batched requests to its pool")
     parser.add_argument("--completion-key", default="completion",
                         help="row key holding the completion (native endpoint)")
+    parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                        help="compute verdicts on Ray actors spread over a Ray cluster's nodes, "
+                        "each holding every kind's pool (--workers each), behind this one HTTP "
+                        "front: 'auto' (default: the cluster this machine joined, or "
+                        "$RAY_ADDRESS), 'local' (a private one-machine instance), HOST:PORT or "
+                        "ray://HOST:PORT")
+    parser.add_argument("--ray-actors", type=int, default=None,
+                        help="Ray actors (default: one per alive node)")
+    parser.add_argument("--ray-cpus", type=float, default=1.0,
+                        help="CPUs each Ray actor reserves in Ray's accounting (placement only; "
+                        "its pool uses --workers processes)")
     parser.add_argument("--set", dest="config", action="append", metavar="[KIND.]KEY=VALUE",
                         help="verifier option, repeatable; KIND. limits it to one kind; VALUE is "
                         "JSON if it parses (--set math.timeout=3)")
@@ -90,6 +101,15 @@ def build_config(args: argparse.Namespace) -> Any:
                              ("--max-connections", args.max_connections, 1)):
         if value is not None and value < low:
             raise UsageError(f"{name} must be >= {low}, got {value}")
+    if args.ray_actors is not None and args.ray_actors < 1:
+        raise UsageError(f"--ray-actors must be >= 1, got {args.ray_actors}")
+    if not args.ray_cpus >= 0:
+        raise UsageError(f"--ray-cpus must be >= 0, got {args.ray_cpus}")
+    if args.ray is None and (args.ray_actors is not None or args.ray_cpus != 1.0):
+        raise UsageError("--ray-actors and --ray-cpus need --ray")
+    if args.ray is not None and args.processes > 1:
+        raise UsageError("--ray and --processes > 1 do not combine: with --ray one front process "
+                         "hands the work to the actors (run another front elsewhere for more)")
     if not args.deadline > 0 or not args.max_body_mb > 0:
         raise UsageError("--deadline and --max-body-mb must be > 0")
     if not 0 <= args.port <= 65535:
@@ -114,7 +134,8 @@ def build_config(args: argparse.Namespace) -> Any:
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         unjudged_reward=None if unjudged is None else float(unjudged),
         completion_key=args.completion_key, lanes=args.lanes, processes=args.processes,
-        max_connections=args.max_connections,
+        max_connections=args.max_connections, ray_address=args.ray,
+        ray_actors=args.ray_actors, ray_cpus=args.ray_cpus,
     )
 
 

@@ -70,9 +70,18 @@ class ServeConfig:
     lanes: int = 4
     processes: int = 1
     max_connections: int = 1024
+    #: Ray cluster address (`auto`, `local`, `HOST:PORT`, `ray://...`): verdicts come from Ray
+    #: actors there (ray_pool.py) instead of this process's pools. None: local pools.
+    ray_address: str | None = None
+    ray_actors: int | None = None  # None: one per alive node
+    ray_cpus: float = 1.0  # CPUs each actor reserves in Ray's accounting (placement)
 
     def config_hash(self) -> str:
-        """A short hash of what decides the rewards: version, kinds, their configs, unjudged value."""
+        """A short hash of what decides the rewards: version, kinds, their configs, unjudged value.
+
+        Where the verdicts are computed (local pools or Ray actors) is not in it: it does not
+        change them.
+        """
         canonical = json.dumps(
             {"veristep": __version__, "kinds": self.kinds, "configs": self.configs,
              "unjudged_reward": self.unjudged_reward, "completion_key": self.completion_key},
@@ -92,11 +101,20 @@ class Service:
         self.config_hash = config.config_hash()
         self.metrics = metrics
         self.verifiers: dict[str, Verifier] = {}
+        self.ray: Any = None  # the RayPool when verdicts come from a Ray cluster
         try:
             for kind in config.kinds:
-                verifier = get_verifier(kind, **config.configs.get(kind, {}))
+                # with Ray this instance only reads references (its pool never starts): a bad
+                # option fails here, before the cluster is reached
+                self.verifiers[kind] = get_verifier(kind, **config.configs.get(kind, {}))
+            if config.ray_address is not None:
+                from .ray_pool import RayKindVerifier, RayPool
+
+                self.ray = RayPool(config)
+                self.verifiers = {kind: RayKindVerifier(self.ray, kind, local)
+                                  for kind, local in self.verifiers.items()}
+            for verifier in self.verifiers.values():
                 configure_async(verifier, lanes=config.lanes)
-                self.verifiers[kind] = verifier
         except BaseException:
             self.close()
             raise
@@ -232,8 +250,15 @@ class Service:
         return {"rewards": rewards, "scores": rewards, "extra_logs": extra,
                 "statuses": [r.status.value for r in results], **self.stamp()}
 
+    def warm_up(self) -> None:
+        """Start every kind's pool (or wait for the Ray actors, which start theirs) before /ready."""
+        if self.ray is not None:
+            self.ray.wait_ready()
+        else:
+            warm_up(self.verifiers)
+
     def close(self) -> None:
-        """Close every verifier (worker pools, sandboxes)."""
+        """Close every verifier (worker pools, sandboxes) and the Ray actors."""
         for verifier in self.verifiers.values():
             close = getattr(verifier, "close", None)
             if callable(close):
@@ -241,6 +266,29 @@ class Service:
                     close()
                 except Exception:  # noqa: BLE001 - closing the others matters more
                     pass
+        if self.ray is not None:
+            self.ray.close()
+
+
+def warm_up(verifiers: Mapping[str, Verifier]) -> None:
+    """Run one item per kind through its pool, so the first requests do not pay its start."""
+    for kind, verifier in verifiers.items():
+        sample = _WARM_UP.get(getattr(verifier, "kind", kind))
+        if sample is not None:
+            try:
+                verifier.verify_batch([sample[0]], [verifier.reference_from_record(sample[1])])
+            except Exception:  # noqa: BLE001 - a real request will meet and report the problem
+                pass
+
+
+#: One item per kind that reaches the kind's pool (the math one needs sympy, so its workers and
+#: their imports start now rather than under the first requests).
+_WARM_UP: dict[str, tuple[str, dict[str, Any]]] = {
+    "math": ("\\boxed{(x+1)^2}", {"answer": "x^2+2x+1"}),
+    "code": ("```python\nprint(1)\n```", {"language": "python", "tests": [{"stdin": "", "stdout": "1\n"}]}),
+    "tools": ('<tool_call>{"name": "f", "arguments": {}}</tool_call>', {"expected": [{"name": "f", "arguments": {}}]}),
+    "format": ("<think>a</think>\n<answer>1</answer>", {}),
+}
 
 
 def cut_flag(value: Any, where: str) -> bool | None:

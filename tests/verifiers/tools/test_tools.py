@@ -444,7 +444,8 @@ def test_java_and_javascript_references_read_arguments_as_typed_literals(verifie
          Status.CORRECT),
         ({"flag": "false", "n": "5"}, Status.WRONG_ARGUMENTS),
         ({"flag": "true", "n": "6L"}, Status.WRONG_ARGUMENTS),
-        ({"flag": "yes", "n": "5"}, Status.SCHEMA_VIOLATION),  # not a Java boolean
+        ({"flag": "yes?", "n": "5"}, Status.SCHEMA_VIOLATION),  # not a Java boolean, nor a name
+        ({"flag": "yes", "n": "5"}, Status.WRONG_ARGUMENTS),  # a name (a variable), and not "true"
     ]
     for arguments, status in cases:
         assert verifier.verify(hermes(("Util.run", arguments)), java).status is status, arguments
@@ -568,4 +569,37 @@ def test_an_enum_of_item_values_on_an_array_parameter_constrains_its_items(verif
     ]
     for reference, arguments, status in cases:
         result = verifier.verify(hermes(("read_sensors", arguments)), reference)
+        assert result.status is status, (arguments, result.detail)
+
+
+def test_java_and_javascript_names_of_constants_pass_as_values_of_any_type(verifier):
+    # BFCL's Java answers pass constants (`suspendPolicy="EventRequest.SUSPEND_ALL"` for an
+    # int): a name is an expression of the language whose type only its compiler knows, and
+    # each such reference was a bad_reference (issue 31, simple_java_26/87/88).
+    tools = [{"name": "Vm.request", "parameters": {"type": "dict", "properties": {
+        "policy": {"type": "integer"}, "flag": {"type": "boolean"},
+        "level": {"type": "integer", "enum": [1, 2]}}, "required": ["policy"]}}]
+
+    def ref(language="java", **allowed):
+        expected = {"policy": ["EventRequest.SUSPEND_ALL"], "flag": ["", "true"], "level": ["", "2"]}
+        return {"tools": tools, "expected": [{"Vm.request": {**expected, **allowed}}], "language": language}
+
+    cases = [
+        (ref(), {"policy": "EventRequest.SUSPEND_ALL"}, Status.CORRECT),
+        (ref(), {"policy": "EventRequest.SUSPEND_NONE"}, Status.WRONG_ARGUMENTS),
+        (ref(), {"policy": "2"}, Status.WRONG_ARGUMENTS),
+        (ref(policy=["2"]), {"policy": "EventRequest.SUSPEND_ALL"}, Status.WRONG_ARGUMENTS),
+        (ref(policy=["2"]), {"policy": "2"}, Status.CORRECT),
+        (ref(), {"policy": "EventRequest.SUSPEND_ALL", "flag": "isEnabled"}, Status.WRONG_ARGUMENTS),
+        (ref(language="javascript", policy=["SUSPEND_ALL"]), {"policy": "SUSPEND_ALL"}, Status.CORRECT),
+        (ref(), {"policy": "EventRequest.SUSPEND_ALL", "flag": "null"}, Status.SCHEMA_VIOLATION),
+        (ref(), {"policy": "suspend all"}, Status.SCHEMA_VIOLATION),  # not a name
+        (ref(), {"policy": "2 + x"}, Status.SCHEMA_VIOLATION),
+        # without a language a string is a string, as JSON Schema says
+        (ref(language=None, policy=[2]), {"policy": "SUSPEND_ALL"}, Status.SCHEMA_VIOLATION),
+    ]
+    for reference, arguments, status in cases:
+        if reference["language"] is None:
+            del reference["language"]
+        result = verifier.verify(hermes(("Vm.request", arguments)), reference)
         assert result.status is status, (arguments, result.detail)

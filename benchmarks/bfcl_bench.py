@@ -356,12 +356,12 @@ def reference(case: dict[str, Any]) -> dict[str, Any]:
     return ref
 
 
-def veristep_loop(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float, float]:
+def veristep_loop(cases: list[dict[str, Any]], **options: Any) -> tuple[list[dict[str, Any]], float, float]:
     """verify() per case in this process (verdicts, seconds, CPU seconds); a reference veristep
-    refuses is a verdict too."""
+    refuses is a verdict too. `options` go to the verifier."""
     from veristep.verifiers.tools import ToolCallVerifier
 
-    verifier = ToolCallVerifier(workers=0)
+    verifier = ToolCallVerifier(workers=0, **options)
     out = []
     start, cpu = time.perf_counter(), time.process_time()
     for case in cases:
@@ -513,6 +513,12 @@ def main() -> None:
                           file=sys.stderr)
     verdicts = bfcl["verdicts"]
     n = len(cases)
+    # BFCL's own rule for left-out defaults (schema_defaults=False): one more pass, untimed
+    strict = veristep_loop(cases, schema_defaults=False)[0]
+    strict_agree = sum(b["valid"] == o["valid"] for b, o in zip(verdicts, strict, strict=True))
+    strict_only = collections.Counter(
+        classify(c, b, o) or "undocumented" for c, b, o in zip(cases, verdicts, strict, strict=True)
+        if o["valid"] and not b["valid"])
     agree = sum(b["valid"] == o["valid"] for b, o in zip(verdicts, ours, strict=True))
     only_ours = sum(o["valid"] and not b["valid"] for b, o in zip(verdicts, ours, strict=True))
     labels = [classify(c, b, o) if b["valid"] != o["valid"] else "" for c, b, o in zip(cases, verdicts, ours, strict=True)]
@@ -547,6 +553,9 @@ def main() -> None:
           f"questions whose reference veristep refuses (bad_reference): {len(bad_refs)}; "
           f"1-min load average before each CLI run: {', '.join(f'{x:.2f}' for x in loads) or '-'}; "
           f"cases whose CLI status differs from verify()'s: {cli_differs}")
+    print(f"with schema_defaults=False (BFCL's rule for left-out defaults): agreement {strict_agree}/{n} = "
+          f"{100 * strict_agree / n:.2f}%; veristep accepts what BFCL rejects: {sum(strict_only.values())} "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(strict_only.items())) or 'none'})")
     disagreements = [
         {"id": c["id"], "category": c["category"], "variant": c["variant"], "format": c["format"],
          "text": c["text"][:400], "bfcl": b, "veristep": o, "documented": label}
@@ -558,7 +567,10 @@ def main() -> None:
         "agreement": agree / n, "agreement_outside_documented": agree / outside,
         "documented_differences": dict(documented), "veristep_only_accepts": only_ours,
         "veristep_only_accepts_undocumented": only_ours_undocumented,
-        "veristep_only_accepts_by_label": dict(only_ours_by_label), "bad_reference_questions": bad_refs,
+        "veristep_only_accepts_by_label": dict(only_ours_by_label),
+        "schema_defaults_false": {"agreement": strict_agree / n,
+                                  "veristep_only_accepts_by_label": dict(strict_only)},
+        "bad_reference_questions": bad_refs,
         "per_category": agreement(cases, verdicts, ours, "category"),
         "per_variant": agreement(cases, verdicts, ours, "variant"),
         "per_format": agreement(cases, verdicts, ours, "format"),

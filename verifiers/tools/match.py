@@ -219,14 +219,20 @@ def argument_mismatch(
     expected: ExpectedCall,
     spec: FunctionSpec | None = None,
     mode: StringMatch = StringMatch.BFCL,
+    defaults: bool = True,
 ) -> str | None:
-    """Why `call` does not match `expected` (None when it matches)."""
+    """Why `call` does not match `expected` (None when it matches).
+
+    With `defaults`, a parameter whose value is its schema default may be left out where that
+    value is expected, or sent where the parameter is not expected (the call does the same);
+    without, only "" marks a parameter that may be left out, as in BFCL.
+    """
     if call.name != expected.name:
         return f"called {call.name!r}, expected {expected.name!r}"
     props = spec.properties if spec is not None else {}
     required = spec.required if spec is not None else frozenset()
     for param, arg in expected.arguments.items():
-        default = _default(props.get(param))
+        default = _default(props.get(param)) if defaults else _NO_DEFAULT
         if param not in call.arguments:
             omittable = arg.may_omit or (
                 param not in required
@@ -242,7 +248,7 @@ def argument_mismatch(
     for param, value in call.arguments.items():
         if param in expected.arguments:
             continue
-        default = _default(props.get(param))
+        default = _default(props.get(param)) if defaults else _NO_DEFAULT
         if default is _NO_DEFAULT or not values_equal(value, default, mode):
             return f"{call.name}: unexpected argument {param!r}"
     return None
@@ -310,11 +316,12 @@ def match_calls(
     schema: ToolSchema | None = None,
     mode: StringMatch = StringMatch.BFCL,
     eligible: Sequence[bool] | None = None,
+    defaults: bool = True,
 ) -> MatchResult:
     """Pair calls with expected calls order-insensitively and judge the set as a whole.
 
     `eligible[i] = False` keeps call i out of the pairing (e.g. it failed the schema) while
-    still counting it. Status: WRONG_COUNT when the numbers differ, CORRECT when every call
+    still counting it; `defaults` as in `argument_mismatch`. Status: WRONG_COUNT when the numbers differ, CORRECT when every call
     pairs, WRONG_ARGUMENTS when the names agree but values do not, WRONG otherwise.
     """
     n_calls, n_expected = len(calls), len(expected)
@@ -327,7 +334,7 @@ def match_calls(
         for i, call in enumerate(calls):
             if call.name != exp.name or (eligible is not None and not eligible[i]):
                 continue
-            mismatch = argument_mismatch(call, exp, spec, mode)
+            mismatch = argument_mismatch(call, exp, spec, mode, defaults)
             if mismatch is None:
                 row.append(i)
             elif reason.startswith("no call"):

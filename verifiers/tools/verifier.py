@@ -82,6 +82,7 @@ class ToolCallVerifier:
         timeout: float = 10.0,
         max_reported: int = 50,
         max_calls: int = 128,
+        schema_defaults: bool = True,
     ) -> None:
         self.format = resolve_format(format)
         try:
@@ -98,6 +99,7 @@ class ToolCallVerifier:
         if max_calls < 1:
             raise ValueError(f"max_calls must be >= 1, got {max_calls}")
         self.max_calls = max_calls
+        self.schema_defaults = bool(schema_defaults)
         self.workers = default_workers() if workers is None else workers
         self.partial_credit = bool(partial_credit)
         self.think_tag = think_tag
@@ -331,6 +333,7 @@ class ToolCallVerifier:
                 ref.schema,
                 self.string_match,
                 eligible=[not found for found in issues],
+                defaults=self.schema_defaults,
             )
             extra["matched"] = match.matched
             status, detail = match.status, match.detail

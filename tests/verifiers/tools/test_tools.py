@@ -603,3 +603,27 @@ def test_java_and_javascript_names_of_constants_pass_as_values_of_any_type(verif
             del reference["language"]
         result = verifier.verify(hermes(("Vm.request", arguments)), reference)
         assert result.status is status, (arguments, result.detail)
+
+
+def test_schema_defaults_off_follows_bfcl_on_left_out_and_restated_defaults():
+    # BFCL rejects a left-out parameter whose answer lists no "" even when the expected value is
+    # the schema's default, and an unexpected parameter even when it restates the default;
+    # bfcl_bench counts 35 such calls veristep accepts by default (issue 31). The option gives
+    # BFCL's rule; the default keeps "the same call" accepted.
+    tools = [{"name": "ttest", "parameters": {"type": "dict", "properties": {
+        "xs": {"type": "array", "items": {"type": "float"}},
+        "equal_variance": {"type": "boolean", "default": True},
+        "alpha": {"type": "float", "default": 0.05}}, "required": ["xs"]}}]
+    ref = {"tools": tools, "expected": [{"ttest": {"xs": [[1.0, 2.0]], "equal_variance": [True]}}]}
+    cases = [
+        ({"xs": [1.0, 2.0]}, Status.CORRECT, Status.WRONG_ARGUMENTS),
+        ({"xs": [1.0, 2.0], "equal_variance": True}, Status.CORRECT, Status.CORRECT),
+        ({"xs": [1.0, 2.0], "equal_variance": True, "alpha": 0.05}, Status.CORRECT, Status.WRONG_ARGUMENTS),
+        ({"xs": [1.0, 2.0], "equal_variance": False}, Status.WRONG_ARGUMENTS, Status.WRONG_ARGUMENTS),
+    ]
+    lenient, strict = ToolCallVerifier(workers=0), ToolCallVerifier(workers=0, schema_defaults=False)
+    for arguments, by_default, by_bfcl in cases:
+        text = hermes(("ttest", arguments))
+        assert lenient.verify(text, ref).status is by_default, arguments
+        assert strict.verify(text, ref).status is by_bfcl, arguments
+    assert get_verifier("tools", schema_defaults=False).schema_defaults is False

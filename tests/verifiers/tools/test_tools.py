@@ -426,6 +426,11 @@ def test_alternatives_that_break_the_schema_are_dropped_and_the_rest_judged(veri
     result = verifier.verify(hermes(("convert", {"value": 1.0})), {"tools": UNIT_TOOLS,
                                                                    "expected": [{"convert": only_omit}]})
     assert result.status is Status.BAD_REFERENCE
+    # ... and its detail says so (it read "every allowed value breaks the schema (None)")
+    required_omit = {"value": [1.0], "note": [""]}
+    result = verifier.verify(hermes(("convert", {"value": 1.0})), {"tools": UNIT_TOOLS,
+                                                                   "expected": [{"convert": required_omit}]})
+    assert result.status is Status.BAD_REFERENCE and 'only allowed value is ""' in result.detail, result.detail
 
 
 def test_java_and_javascript_references_read_arguments_as_typed_literals(verifier):

@@ -544,6 +544,11 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, place
                                  for k in ("first10", "last10")}
         if ceiling_arm and grpo and by_arm.get(ceiling_arm) and arm not in ("grpo", ceiling_arm):
             row["share_of_ceiling"] = share_of_ceiling(runs, grpo, by_arm[ceiling_arm])
+        rate = arm.partition("@")[2]
+        same_rate = (f"grpo@{rate}", f"{ceiling_arm}@{rate}")
+        if ceiling_arm and rate and arm not in same_rate and all(by_arm.get(a) for a in same_rate):
+            row["share_of_ceiling_same_rate"] = {**share_of_ceiling(runs, *(by_arm[a] for a in same_rate)),
+                                                 "against": list(same_rate)}
         mech = [r["mechanism"] for r in rs if r.get("mechanism")]
         if mech:
             row["step_accuracy"] = mean_ci95([m["step_accuracy_mean"] for m in mech])
@@ -663,17 +668,23 @@ def format_tables(summary: dict[str, Any]) -> str:
             lines.append(f"| {m['arm']} (best of {m['rates']} rates) - {m['against']} (best of {m['grpo_rates']}) "
                          f"| {ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
     if any("share_of_ceiling" in r or "step_accuracy" in r for r in summary["rows"]):
-        lines += ["", f"| arm | gain as a share of {summary.get('ceiling_arm') or 'the ceiling'}'s (bootstrap 95% CI) "
-                  "| per-step accuracy after | by position |", "|---" * 4 + "|"]
+        ceiling = summary.get("ceiling_arm") or "the ceiling"
+        lines += ["", f"| arm | gain over grpo as a share of {ceiling}'s (bootstrap 95% CI) | the same at the "
+                  f"arm's own rate (grpo@lrS, {ceiling}@lrS) | per-step accuracy after | by position |",
+                  "|---" * 5 + "|"]
+
+        def share_txt(sh: dict[str, Any] | None) -> str:
+            if not sh or sh.get("share") is None:
+                return "-"
+            lo, hi = sh["ci95"]
+            return f"{_pct(sh['share'], 0)} %" + ("" if lo is None else f" [{_pct(lo, 0)}, {_pct(hi, 0)}]")
+
         for r in summary["rows"]:
-            sh = r.get("share_of_ceiling") or {}
-            lo, hi = sh.get("ci95", [None, None])
-            share_txt = "-" if sh.get("share") is None else (
-                f"{_pct(sh['share'], 0)} % [{_pct(lo, 0)}, {_pct(hi, 0)}]" if lo is not None else f"{_pct(sh['share'], 0)} %")
             acc = r.get("step_accuracy") or {}
             pos = ", ".join("-" if a is None else f"{a:.2f}" for a in r.get("step_accuracy_by_position", []))
             acc_txt = "-" if acc.get("mean") is None else f"{acc['mean']:.3f}"
-            lines.append(f"| {r['arm']} | {share_txt} | {acc_txt} | {pos or '-'} |")
+            lines.append(f"| {r['arm']} | {share_txt(r.get('share_of_ceiling'))} | "
+                         f"{share_txt(r.get('share_of_ceiling_same_rate'))} | {acc_txt} | {pos or '-'} |")
     lines += ["", "| arm | first error blamed | adv. on track | first error | after error | answer line "
               "| non-zero adv. | tokens per completion, first -> last 10 steps |", "|---" * 8 + "|"]
     f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731

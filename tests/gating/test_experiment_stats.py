@@ -312,3 +312,20 @@ def test_brief_summary_without_a_committed_experiment():
     run = [_demo_rec("grpo", 0, before, [0.5, 0.5]), _demo_rec("rule_prefix", 0, before, [1.0, 0.5])]
     text = exp.brief_summary(run, None)
     assert "| rule_prefix - grpo | +25.0 ± 25.0 | - |" in text
+
+
+def test_share_of_ceiling_at_the_arms_own_learning_rate():
+    recs = []
+    for s in range(3):
+        recs += [_rec("grpo", s, 0.20), _rec("oracle_prefix", s, 0.30), _rec("grpo@lr2", s, 0.40),
+                 _rec("oracle_prefix@lr2", s, 0.60), _rec("rule_prefix@lr2", s, 0.50)]
+    arms = ["grpo", "oracle_prefix", "grpo@lr2", "oracle_prefix@lr2", "rule_prefix@lr2"]
+    rows = {r["arm"]: r for r in exp.summarise(recs, arms, budget=100, ceiling_arm="oracle_prefix")["rows"]}
+    same = rows["rule_prefix@lr2"]["share_of_ceiling_same_rate"]
+    # (0.50 - 0.40) / (0.60 - 0.40) at 2x, not (0.50 - 0.20) / (0.30 - 0.20) against the 1x arms
+    assert same["share"] == pytest.approx(0.5) and same["against"] == ["grpo@lr2", "oracle_prefix@lr2"]
+    assert rows["rule_prefix@lr2"]["share_of_ceiling"]["share"] == pytest.approx(3.0)
+    assert "share_of_ceiling_same_rate" not in rows["oracle_prefix@lr2"]  # the ceiling itself
+    assert "share_of_ceiling_same_rate" not in rows["grpo@lr2"]
+    assert "| rule_prefix@lr2 | 300 % [300, 300] | 50 % [50, 50] |" in exp.format_tables(
+        exp.summarise(recs, arms, budget=100, ceiling_arm="oracle_prefix"))

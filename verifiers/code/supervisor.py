@@ -23,11 +23,13 @@ reply stamped with the nonce of the first request, read with exact-length reads 
 container never consumes the zygote's next frame. Expected outputs never enter the sandbox.
 """
 
+import atexit
 import builtins
 import ctypes
 import errno
 import gc
 import io
+import json
 import marshal
 import os
 import resource
@@ -36,6 +38,7 @@ import signal
 import struct
 import sys
 import time
+import traceback
 
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 4, 38, 22, 2
 _PR_SET_CHILD_SUBREAPER = 36
@@ -60,12 +63,22 @@ def _set_dumpable(flag):
         _libc.prctl(_PR_SET_DUMPABLE, int(flag), 0, 0, 0)
 
 
-def _install_filter(program):
-    """Stack a seccomp filter (a struct sock_filter array) on this thread and its children."""
-    class _Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+class _Fprog(ctypes.Structure):
+    """struct sock_fprog: the filter's length in instructions and its address."""
 
-    prog = _Fprog(len(program) // 8, program)
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def _filter_prog(program):
+    """The sock_fprog of a filter (a struct sock_filter array); it keeps `program` alive.
+
+    Built once per sandbox, before any fork: each test process only installs it.
+    """
+    return _Fprog(len(program) // 8, program)
+
+
+def _install_filter(prog):
+    """Stack a seccomp filter (a `_filter_prog`) on this thread and its children."""
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
 
@@ -128,7 +141,7 @@ def main():
         if keyring_error is not None:
             raise OSError(errno.EPERM, "cannot join a new session keyring: " + keyring_error)
         if init.get("sandbox_filter"):  # no bubblewrap to install it for us
-            _install_filter(init["sandbox_filter"])
+            _install_filter(_filter_prog(init["sandbox_filter"]))
         if "confine" in init:
             # The zygote keeps its capabilities in this user namespace: mapping its uid 0 into
             # a completion's namespace needs CAP_SETFCAP. Each container drops them all.
@@ -138,6 +151,13 @@ def main():
         _write_frame(1, {"nonce": nonce, "error": f"sandbox set-up: {err}"})
         os._exit(1)
     _preimport()
+    # Set up once here, for every completion and test forked from us: the programs'
+    # environment and the program filter's structure (making them in each test process cost
+    # a good share of a short test).
+    if init.get("program_filter"):
+        init["program_fprog"] = _filter_prog(init["program_filter"])
+    os.environ.clear()
+    os.environ.update(init["env"])
     _write_frame(1, {"nonce": nonce, "ready": True, "python": sys.version.split()[0]})
     while True:
         req = _read_frame(0)
@@ -267,7 +287,7 @@ class Supervisor:
         self.workroot = init["workroot"]
         self.scratch = list(init["scratch"])
         self.env = dict(init["env"])
-        self.program_filter = init.get("program_filter")
+        self.program_filter = init.get("program_fprog")  # built by the zygote (see main)
         self.artifacts = {}
         self.counter = 0
         self.is_pid1 = os.getpid() == 1
@@ -477,19 +497,16 @@ def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False):
         if program_filter:
             _install_filter(program_filter)
         _set_dumpable(True)
-        os.environ.clear()
-        os.environ.update(env)
         if req.get("python_main"):
-            _run_python(workdir, req["python_main"], None)
+            _run_python(workdir, req["python_main"], None, req.get("files", {}))
         if req.get("python_calls"):
-            _run_python(workdir, req["python_calls"]["solution"], req["python_calls"])
+            _run_python(workdir, req["python_calls"]["solution"], req["python_calls"],
+                        req.get("files", {}))
         os.close(3)
         argv = req["argv"]
         os.execve(_which(argv[0], env), argv, env)
     except BaseException:  # noqa: B036 - a forked child must never return into the supervisor
         try:
-            import traceback
-
             os.write(2, ("veristep sandbox: " + traceback.format_exc()).encode("utf-8", "replace"))
         finally:
             os._exit(127)
@@ -600,17 +617,19 @@ def _set_limits(limits, helpers=2):
 # ---- Python programs run in this forked interpreter ---------------------------------------------
 def _report(message):
     """One JSON line on the report pipe (fd 3): compile errors and function-call results."""
-    import json
-
     data = (json.dumps(message, ensure_ascii=True) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(3, view):]
 
 
-def _run_python(workdir, filename, calls):
+def _run_python(workdir, filename, calls, files):
     """Run `filename` as __main__ (calls=None), or as module `solution` and then evaluate the
-    calls, reporting each return value as plain data; then exit like python would."""
+    calls, reporting each return value as plain data; then exit like python would.
+
+    The source is compiled from the step's `files` when it is one of them (the bytes just
+    written to `filename`, which nothing else can have changed), else read from the folder.
+    """
     path = os.path.join(workdir, filename)
     # What a fresh interpreter sets up at start: EPIPE/EFBIG as exceptions, Ctrl-C as one.
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -628,11 +647,14 @@ def _run_python(workdir, filename, calls):
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
         errors="backslashreplace", line_buffering=True)
     try:
-        with open(path, "rb") as fh:
-            code = compile(fh.read(), path, "exec", dont_inherit=True)
+        text = files.get(filename)
+        if text is None:
+            with open(path, "rb") as fh:
+                source = fh.read()
+        else:
+            source = text.encode("utf-8", "surrogatepass")
+        code = compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
-        import traceback
-
         message = "".join(traceback.format_exception_only(type(exc), exc))
         _report({"compile_error": message})
         sys.stderr.write(message)
@@ -712,8 +734,6 @@ def _exit_interpreter(status):
         except BaseException:  # noqa: B036
             pass
     try:
-        import atexit
-
         atexit._run_exitfuncs()
     except BaseException:  # noqa: B036
         pass
@@ -754,7 +774,9 @@ def _collect(pid, fds, deadline, cap, watch):
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
     exited = False
-    next_watch = time.monotonic()
+    # The first sample one interval in: at the fork the child holds nothing of its own yet,
+    # and a step that ends sooner is measured once at its end (see Supervisor._run).
+    next_watch = time.monotonic() + _WATCH_INTERVAL_S
     while open_fds:
         now = time.monotonic()
         if watch is not None and now >= next_watch:

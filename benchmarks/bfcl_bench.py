@@ -14,8 +14,8 @@ twice, as a child process that exchanges JSON:
 Cases are built here from each question's possible answer: correct calls (first allowed
 values, last allowed values, every allowed value in between one parameter at a time, optional
 parameters omitted or sent as "", parallel calls reversed) and wrong ones (a value outside the
-allowed set, a wrong type, a missing required parameter, an optional parameter left out where
-the answer does not list "", an extra parameter, a wrong function name, one call too many or too
+allowed set, a wrong type, an integer sent as a float, a missing required parameter, an
+optional parameter left out where the answer does not list "", an extra parameter, a wrong function name, one call too many or too
 few, no call).
 The cases are ours, the data and the judge are BFCL's: agreement measures conformance with
 BFCL's rules, not correctness of either.
@@ -23,8 +23,10 @@ BFCL's rules, not correctness of either.
 Reading rule: a difference counts against veristep unless it falls
 under a documented difference (docs/verifiers.md, "Side by side with BFCL's own checker");
 veristep accepting a call that BFCL rejects is documented where BFCL's greedy pairing misses a
-valid assignment, and where an optional parameter whose expected value is the schema's default
-is left out (issue 31's target excuses only the pairing cases; the summary counts both apart).
+valid assignment, where an optional parameter whose expected value is the schema's default is
+left out, and where an integer is sent as 2.0 (issue 31's target excuses only the pairing cases;
+the summary counts each apart, and a second pass with schema_defaults=False and
+integer_floats=False shows veristep under BFCL's rules for the other two).
 
 Prints tables and writes JSON to benchmarks/results/bfcl_bench.json.
 """
@@ -243,6 +245,15 @@ def build_cases(question: dict[str, Any], rng: random.Random) -> list[dict[str, 
         bad = copy.deepcopy(first)
         del bad[index]["arguments"][param]
         variants.append(("wrong_omit_optional", bad))
+    # An integer sent as a float (2 -> 2.0): BFCL's (and Python's) type error, JSON Schema's integer.
+    integers = [(i, p) for i, call in enumerate(first) for p, v in call["arguments"].items()
+                if type(v) is int and (_param_types(function, call["name"])[0].get(p) or {}).get("type")
+                in ("integer", "int")] if not question["category"].endswith(("_java", "_javascript")) else []
+    if integers:
+        index, param = pick.choice(integers)
+        bad = copy.deepcopy(first)
+        bad[index]["arguments"][param] = float(bad[index]["arguments"][param])
+        variants.append(("wrong_float_for_int", bad))
     # wrong calls: one change to a random call of the first correct answer
     target = rng.randrange(len(first))
     call = first[target]
@@ -406,6 +417,7 @@ DOCUMENTED = {
                "BFCL's greedy first-fit pairing misses valid assignments",
     "default": "an optional parameter left out whose expected value is the schema's default: "
                "veristep accepts (the call does the same), BFCL rejects unless its answer lists \"\"",
+    "float": "2.0 for an integer parameter: an integer to JSON Schema and veristep, a float to BFCL",
 }
 
 
@@ -419,6 +431,9 @@ def classify(case: dict[str, Any], bfcl: dict[str, Any], ours: dict[str, Any]) -
     if (ours["valid"] and not bfcl["valid"] and case["variant"] == "wrong_omit_optional"
             and "not provided and not marked as optional" in bfcl.get("error", "")):
         return "default"
+    if (ours["valid"] and not bfcl["valid"] and case["variant"] == "wrong_float_for_int"
+            and "got float" in bfcl.get("error", "")):
+        return "float"
     return ""
 
 
@@ -513,8 +528,8 @@ def main() -> None:
                           file=sys.stderr)
     verdicts = bfcl["verdicts"]
     n = len(cases)
-    # BFCL's own rule for left-out defaults (schema_defaults=False): one more pass, untimed
-    strict = veristep_loop(cases, schema_defaults=False)[0]
+    # BFCL's rules for left-out defaults and integral floats: one more pass, untimed
+    strict = veristep_loop(cases, schema_defaults=False, integer_floats=False)[0]
     strict_agree = sum(b["valid"] == o["valid"] for b, o in zip(verdicts, strict, strict=True))
     strict_only = collections.Counter(
         classify(c, b, o) or "undocumented" for c, b, o in zip(cases, verdicts, strict, strict=True)
@@ -553,7 +568,7 @@ def main() -> None:
           f"questions whose reference veristep refuses (bad_reference): {len(bad_refs)}; "
           f"1-min load average before each CLI run: {', '.join(f'{x:.2f}' for x in loads) or '-'}; "
           f"cases whose CLI status differs from verify()'s: {cli_differs}")
-    print(f"with schema_defaults=False (BFCL's rule for left-out defaults): agreement {strict_agree}/{n} = "
+    print(f"with schema_defaults=False, integer_floats=False (BFCL's rules): agreement {strict_agree}/{n} = "
           f"{100 * strict_agree / n:.2f}%; veristep accepts what BFCL rejects: {sum(strict_only.values())} "
           f"({', '.join(f'{k} {v}' for k, v in sorted(strict_only.items())) or 'none'})")
     disagreements = [
@@ -568,7 +583,7 @@ def main() -> None:
         "documented_differences": dict(documented), "veristep_only_accepts": only_ours,
         "veristep_only_accepts_undocumented": only_ours_undocumented,
         "veristep_only_accepts_by_label": dict(only_ours_by_label),
-        "schema_defaults_false": {"agreement": strict_agree / n,
+        "schema_defaults_false_integer_floats_false": {"agreement": strict_agree / n,
                                   "veristep_only_accepts_by_label": dict(strict_only)},
         "bad_reference_questions": bad_refs,
         "per_category": agreement(cases, verdicts, ours, "category"),

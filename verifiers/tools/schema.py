@@ -359,6 +359,37 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def float_integers(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIssue]:
+    """Floats with an integral value (2.0) where the schema says integer, at any depth.
+
+    JSON Schema counts them as integers (and `validate_arguments` follows it); BFCL and Python
+    call them floats. The tools verifier reports them with `integer_floats=False`.
+    """
+    issues: list[SchemaIssue] = []
+    _float_integers(spec.parameters, arguments, [], issues)
+    return issues
+
+
+def _float_integers(schema: Any, value: Any, where: list[Any], issues: list[SchemaIssue]) -> None:
+    if not isinstance(schema, Mapping) or len(issues) >= MAX_ISSUES_PER_CALL or len(where) > 64:
+        return
+    if isinstance(value, float):
+        kind = schema.get("type")
+        kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+        if "integer" in kinds and "number" not in kinds and value.is_integer():
+            issues.append(SchemaIssue(Violation.WRONG_TYPE, _path(where),
+                                      f"{value!r} is a float, not an integer"))
+    elif isinstance(value, Mapping):
+        props = schema.get("properties")
+        if isinstance(props, Mapping):
+            for key, sub in value.items():
+                if key in props:
+                    _float_integers(props[key], sub, [*where, key], issues)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for index, sub in enumerate(value):
+            _float_integers(schema["items"], sub, [*where, index], issues)
+
+
 def validate_parameter(spec: FunctionSpec, param: str, value: Any) -> list[SchemaIssue]:
     """The issues of one top-level parameter's value (its own path only)."""
     check = spec.parameter_valid.get(param)

@@ -24,7 +24,7 @@ from .parsers import (
     parse_tool_calls,
     resolve_format,
 )
-from .schema import ToolSchema, Violation, validate_parameter
+from .schema import SchemaIssue, ToolSchema, Violation, float_integers, validate_parameter
 from .typing_mode import (
     check_language,
     checked_arguments,
@@ -83,6 +83,7 @@ class ToolCallVerifier:
         max_reported: int = 50,
         max_calls: int = 128,
         schema_defaults: bool = True,
+        integer_floats: bool = False,
     ) -> None:
         self.format = resolve_format(format)
         try:
@@ -100,6 +101,7 @@ class ToolCallVerifier:
             raise ValueError(f"max_calls must be >= 1, got {max_calls}")
         self.max_calls = max_calls
         self.schema_defaults = bool(schema_defaults)
+        self.integer_floats = bool(integer_floats)
         self.workers = default_workers() if workers is None else workers
         self.partial_credit = bool(partial_credit)
         self.think_tag = think_tag
@@ -315,8 +317,7 @@ class ToolCallVerifier:
             return VerifyResult(0.0, False, status, detail, timings=timings, extra=extra)
 
         calls = [_drop_empty_omissions(_typed_call(call, ref), ref) for call in calls]
-        issues = [ref.schema.validate(_checked_call(call, ref)) if ref.schema is not None else []
-                  for call in calls]
+        issues = [self._schema_issues(call, ref) for call in calls]
         reported = [
             {"call": i, **issue.to_dict()} for i, found in enumerate(issues) for issue in found
         ]
@@ -363,6 +364,18 @@ class ToolCallVerifier:
             reward = 0.0
         timings = {"parse_s": parsed_at - start, "check_s": time.perf_counter() - parsed_at}
         return VerifyResult(reward, correct, status, detail, timings=timings, extra=extra)
+
+    def _schema_issues(self, call: ToolCall, ref: ToolReference) -> list[SchemaIssue]:
+        """How `call` breaks its function's definition (2.0 for an integer too, unless
+        `integer_floats`)."""
+        if ref.schema is None:
+            return []
+        checked = _checked_call(call, ref)
+        found = ref.schema.validate(checked)
+        spec = None if self.integer_floats else ref.schema.get(call.name)
+        if spec is not None and not found:
+            found = float_integers(spec, checked.arguments)
+        return found
 
     def _report(self, parsed: ParsedCalls) -> dict[str, Any]:
         limit = self.max_reported

@@ -632,3 +632,35 @@ def test_schema_defaults_off_follows_bfcl_on_left_out_and_restated_defaults():
         assert lenient.verify(text, ref).status is by_default, arguments
         assert strict.verify(text, ref).status is by_bfcl, arguments
     assert get_verifier("tools", schema_defaults=False).schema_defaults is False
+
+
+def test_a_float_for_an_integer_is_a_wrong_type_unless_integer_floats():
+    # JSON Schema counts 2.0 as an integer; BFCL (and Python) call it a float: bfcl_bench's
+    # side check found 2,512 of its questions' calls with 2 -> 2.0 that veristep accepted and
+    # BFCL rejected (issue 31). BFCL's rule is the default now, at any depth;
+    # integer_floats=True gives JSON Schema's.
+    tools = [{"name": "book", "parameters": {"type": "dict", "properties": {
+        "nights": {"type": "integer"}, "price": {"type": "float"},
+        "rooms": {"type": "array", "items": {"type": "integer"}},
+        "guest": {"type": "dict", "properties": {"age": {"type": "integer"}}}},
+        "required": ["nights"]}}]
+    ref = {"tools": tools, "expected": [{"book": {"nights": [2], "price": ["", 100.0], "rooms": ["", [1, 2]],
+                                                  "guest": ["", {"age": [30]}]}}]}
+    cases = [
+        ({"nights": 2}, Status.CORRECT, Status.CORRECT),
+        ({"nights": 2.0}, Status.CORRECT, Status.SCHEMA_VIOLATION),
+        ({"nights": 2, "price": 100}, Status.CORRECT, Status.CORRECT),  # an int for a float: fine
+        ({"nights": 2, "rooms": [1.0, 2]}, Status.CORRECT, Status.SCHEMA_VIOLATION),
+        ({"nights": 2, "guest": {"age": 30.0}}, Status.CORRECT, Status.SCHEMA_VIOLATION),
+        ({"nights": 2.5}, Status.SCHEMA_VIOLATION, Status.SCHEMA_VIOLATION),
+    ]
+    lenient, strict = ToolCallVerifier(workers=0, integer_floats=True), ToolCallVerifier(workers=0)
+    for arguments, by_json_schema, by_bfcl in cases:
+        text = hermes(("book", arguments))
+        assert lenient.verify(text, ref).status is by_json_schema, arguments
+        result = strict.verify(text, ref)
+        assert result.status is by_bfcl, (arguments, result.detail)
+    result = strict.verify(hermes(("book", {"nights": 2.0})), ref)
+    assert "2.0 is a float, not an integer" in result.detail, result.detail
+    # the same in pythonic form, where 2.0 is a Python float
+    assert strict.verify("[book(nights=2.0)]", ref).status is Status.SCHEMA_VIOLATION

@@ -11,7 +11,9 @@ tests run four ways, each with the same number of parallel workers:
   (d) veristep-default: the same with the default fail-fast (a program stops at its first
                   failing test, so fewer tests run and pass);
   (e) veristep-shared-pid (with --compare-pid-namespace): (c) with one PID namespace per
-                  completion instead of one per test, to measure what the per-test one costs.
+                  completion instead of one per test, to measure what the per-test one costs;
+  (f) veristep@REV (with --peer-rev REV): (c) with the in-sandbox code (supervisor.py and
+                  plain_data.py) of git revision REV, to measure a change to it in the same run.
 
 All of them use the interpreter the sandbox uses, and the same output comparison. Prints a table
 (programs/s, tests/s, ratio to (a)) and writes it to benchmarks/results/code_verify_bench.json.
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from veristep.verifiers.code import CodeVerifier, outputs_match
+from veristep.verifiers.code import sandbox as sandbox_module
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,32 @@ def _exec_program(args: tuple[Program, float]) -> int:
     return passed
 
 
+# ---- (f) the in-sandbox code of another revision ---------------------------------------------------
+def supervisor_source_at(rev: str) -> str:
+    """The sandbox's supervisor source (plain_data.py, then supervisor.py) at git revision `rev`."""
+    root = Path(__file__).resolve().parent.parent
+    parts = []
+    for name in ("plain_data.py", "supervisor.py"):
+        done = subprocess.run(["git", "show", f"{rev}:verifiers/code/{name}"], cwd=root,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"--peer-rev {rev}: {done.stderr.strip()}")
+        parts.append(done.stdout)
+    return parts[0] + "\n" + parts[1]
+
+
+def use_supervisor(verifier: CodeVerifier, source: str) -> None:
+    """Make `verifier`'s sandboxes run `source` as their supervisor (the host side is today's)."""
+    plan = verifier.sandbox._launch_plan
+
+    def launch_plan(process: Any) -> tuple[list[str], dict[str, Any], bytes | None]:
+        argv, init, filter_bytes = plan(process)
+        ours = sandbox_module._SUPERVISOR_SOURCE
+        return [source if arg == ours else arg for arg in argv], init, filter_bytes
+
+    verifier.sandbox._launch_plan = launch_plan  # type: ignore[method-assign]
+
+
 # ---- driver -------------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -297,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--compare-pid-namespace", action="store_true",
                         help="add a row with one PID namespace per completion, not per test")
+    parser.add_argument("--peer-rev", metavar="REV",
+                        help="add a row running every test with the in-sandbox code of this git "
+                             "revision (measures a change to it in the same run)")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "code_verify_bench.json")
     args = parser.parse_args(argv)
@@ -310,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_pid_namespace:  # the cost of a PID namespace per test, in the same run
         verifiers["veristep-shared-pid"] = CodeVerifier(stop_on_first_failure=False,
                                                         pid_namespace_per_test=False, **common)
+    if args.peer_rev:
+        peer = CodeVerifier(stop_on_first_failure=False, **common)
+        use_supervisor(peer, supervisor_source_at(args.peer_rev))
+        verifiers[f"veristep@{args.peer_rev}"] = peer
     sets = {
         "mixed": generate_programs(args.programs, args.tests, args.timeout_share, args.seed),
         "no-timeouts": generate_programs(args.programs, args.tests, 0.0, args.seed),
@@ -320,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     report: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()},
                               "python": verifiers["veristep"].sandbox.python, "sets": {}}
-    print(f"{'set':<12} {'method':<17} {'isolation':<14} {'seconds':>8} {'tests/s':>8} "
+    print(f"{'set':<12} {'method':<22} {'isolation':<14} {'seconds':>8} {'tests/s':>8} "
           f"{'x subproc':>9} {'median [range] per round':>26} {'passed':>7}")
     for name, programs in sets.items():
         kinds = {k: sum(p.kind == k for p in programs) for k in
@@ -330,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "rows": [asdict(r) for r in rows]}
         for r in rows:
             spread = f"{r.ratio_median:.2f} [{r.ratio_min:.2f}-{r.ratio_max:.2f}]"
-            print(f"{name:<12} {r.method:<17} {r.isolation:<14} {r.seconds:>8.2f} "
+            print(f"{name:<12} {r.method:<22} {r.isolation:<14} {r.seconds:>8.2f} "
                   f"{r.tests_per_s:>8.1f} {r.ratio_to_subprocess:>9.2f} {spread:>26} "
                   f"{r.tests_passed:>7}")
     report["load_average"] = {"before": load_before, "after": os.getloadavg(),

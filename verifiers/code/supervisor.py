@@ -45,6 +45,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _COMPILE_ERROR_EXIT = 102  # also stated in the report; mirrored in verifiers/code/verifier.py
 _STDERR_KEEP = 4096
 _WATCH_INTERVAL_S = 0.01  # how often the watchdog samples a running step
+_LAST_SAMPLE_S = 1.0  # how long past its wall limit a step's last sample may take
 
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
@@ -340,7 +341,7 @@ class Supervisor:
             timed_out = not _await_exit(pid, start + limits["wall_s"], watch)
         if watch is not None and watch.exceeded is None:
             # Once more before the exited program is reaped: it and what it left running.
-            watch.over_budget()
+            watch.over_budget(max(time.monotonic(), start + limits["wall_s"]) + _LAST_SAMPLE_S)
         status = _wait_or_kill(pid)
         wall = time.monotonic() - start
         self.kill_all(pid)
@@ -402,10 +403,20 @@ class _Watchdog:
         self.exceeded = None
         self.peak_memory = 0
 
-    def over_budget(self):
-        """Measure; on a breach remember which budget and return True."""
-        memory, tasks = _completion_usage(self.folders, self.memory_budget)
-        self.peak_memory = max(self.peak_memory, memory)
+    def over_budget(self, deadline):
+        """Measure; on a breach remember which budget and return True.
+
+        A pass still running at `deadline` stops, unfinished, without a breach: the step is
+        then past its wall limit. (Processes that starve the supervisor of CPU, a fork bomb's,
+        made one pass take seconds, and the step answer after the host gave up on it.)
+        """
+        usage = _completion_usage(self.folders, self.memory_budget, self.process_budget,
+                                  deadline)
+        if usage is None:
+            return False
+        memory, tasks = usage
+        if memory is not None:
+            self.peak_memory = max(self.peak_memory, memory)
         if tasks > self.process_budget:
             self.exceeded = "processes"
         elif memory > self.memory_budget:
@@ -413,19 +424,23 @@ class _Watchdog:
         return self.exceeded is not None
 
 
-def _completion_usage(folders, budget):
-    """Bytes of memory and number of tasks of every process but PID 1 in this namespace.
+def _completion_usage(folders, budget, task_budget, deadline):
+    """Bytes of memory and number of tasks of every process but PID 1 in this namespace, or
+    None when `deadline` (time.monotonic) passes before the measurement is done.
 
     Memory: each process's resident anonymous and shared pages, the blocks used in the
     completion's tmpfs folders, and System V shared memory (memfd_create is denied). Resident
     sizes count a page shared after fork once per process, so a total over `budget` is
-    measured again with proportional sizes (PSS) before it counts.
+    measured again with proportional sizes (PSS) before it counts; not when the tasks are
+    over `task_budget` already (memory is then None): that breach decides.
     """
     resident = {}
     tasks = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
             continue
+        if time.monotonic() > deadline:
+            return None
         try:
             with open(f"/proc/{name}/status", "rb") as fh:
                 text = fh.read()
@@ -456,7 +471,13 @@ def _completion_usage(folders, budget):
         pass
     memory = other + sum(resident.values())
     if memory > budget:
-        memory = other + sum(_proportional(pid, size) for pid, size in resident.items())
+        if tasks > task_budget:
+            return None, tasks
+        memory = other
+        for pid, size in resident.items():
+            if time.monotonic() > deadline:
+                return None
+            memory += _proportional(pid, size)
     return memory, tasks
 
 
@@ -780,7 +801,7 @@ def _collect(pid, fds, deadline, cap, watch):
     while open_fds:
         now = time.monotonic()
         if watch is not None and now >= next_watch:
-            if watch.over_budget():
+            if watch.over_budget(deadline):
                 break
             next_watch = now + _WATCH_INTERVAL_S
         remaining = deadline - now
@@ -851,7 +872,7 @@ def _await_exit(pid, deadline, watch):
         except ChildProcessError:
             return True
         now = time.monotonic()
-        if now >= deadline or (watch is not None and watch.over_budget()):
+        if now >= deadline or (watch is not None and watch.over_budget(deadline)):
             return now < deadline
         time.sleep(min(pause, max(deadline - now, 0)))
         pause = min(pause * 2, _WATCH_INTERVAL_S)

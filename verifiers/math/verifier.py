@@ -79,6 +79,7 @@ class MathVerifier:
         imaginary_unit: bool = True,
         memory_limit_mb: int | None = 4096,
         extraction: ExtractionMode = "auto",
+        inline_chars: int = INLINE_CHARS,
     ) -> None:
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
@@ -90,6 +91,11 @@ class MathVerifier:
             raise ValueError(f"percent must be one of {_PERCENT_MODES}, got {percent!r}")
         if extraction not in EXTRACTION_MODES:
             raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+        if isinstance(inline_chars, bool) or not isinstance(inline_chars, int) or inline_chars < 0:
+            raise ValueError(f"inline_chars must be an integer >= 0, got {inline_chars!r}")
+        # completions longer than this are extracted in a worker; 0 sends every text completion
+        # there, which keeps the caller's thread (and its GIL) free: `veristep serve` does that
+        self.inline_chars = inline_chars
         self.extraction: ExtractionMode = extraction
         self.workers = workers
         self.timeout = float(timeout)
@@ -201,7 +207,7 @@ class MathVerifier:
         self, completion: Any, ref: Reference
     ) -> tuple[VerifyResult | None, tuple[str | RawCompletion, Extraction | None] | None]:
         """Decide in-process when exact rules can; else return the item a worker must judge."""
-        if isinstance(completion, str) and len(completion) > INLINE_CHARS and not ref.problem:
+        if isinstance(completion, str) and len(completion) > self.inline_chars and not ref.problem:
             return None, (RawCompletion(completion, self.extraction, is_truncated(completion)), None)
         decision = decide(completion, ref, self.config, self.extraction)
         if decision.verdict is not None:

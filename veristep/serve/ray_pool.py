@@ -57,9 +57,9 @@ class VerifierActor:
     def __init__(self, kinds: list[str], configs: dict[str, dict[str, Any]]) -> None:
         from veristep.verifiers.core.registry import get_verifier
 
-        from .service import warm_up
+        from .service import verifier_options, warm_up
 
-        self.verifiers = {kind: get_verifier(kind, **configs.get(kind, {})) for kind in kinds}
+        self.verifiers = {kind: get_verifier(kind, **verifier_options(kind, configs)) for kind in kinds}
         warm_up(self.verifiers)
 
     def info(self) -> dict[str, Any]:

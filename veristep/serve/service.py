@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import math
 import time
@@ -32,7 +33,7 @@ from veristep.verifiers.adapters import _BadReference
 from veristep.verifiers.async_adapters import reference_from_label
 from veristep.verifiers.cli.runner import RAISED_KEY, Item, make_item, output_row
 from veristep.verifiers.core.aio import bridge_for, configure_async
-from veristep.verifiers.core.registry import get_verifier
+from veristep.verifiers.core.registry import get_verifier, verifier_class
 from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
 from veristep.verifiers.core.text import mark_truncated
 
@@ -41,6 +42,24 @@ from veristep.verifiers.core.text import mark_truncated
 UNJUDGED_LOG_KEYS = {s: f"veristep_unjudged_{s.value}" for s in sorted(UNJUDGED, key=lambda s: s.value)}
 #: Index of each status in `veristep_status_code` (stable: the enum's order).
 STATUS_CODES = {s: i for i, s in enumerate(Status)}
+#: Verifier options a server uses unless its operator sets them. They decide where the work runs,
+#: never a verdict, so they are not in `config_hash`. Math extracts answers in its pool's
+#: workers: its in-process pass (0.2-0.4 ms a worked solution) would run in a lane of this
+#: process and hold the GIL that every request's event-loop and lane work needs, so a 1 ms tools
+#: item waited behind a math batch (docs/serve.md, load benchmark).
+SERVE_DEFAULTS: dict[str, dict[str, Any]] = {"math": {"inline_chars": 0}}
+
+
+def verifier_options(kind: str, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The options a server builds `kind` with: the operator's, then SERVE_DEFAULTS it accepts."""
+    options = dict(configs.get(kind, {}))
+    defaults = SERVE_DEFAULTS.get(kind, {})
+    if defaults:
+        accepted = inspect.signature(verifier_class(kind)).parameters
+        for key, value in defaults.items():
+            if key in accepted:
+                options.setdefault(key, value)
+    return options
 
 
 class RequestError(Exception):
@@ -106,7 +125,7 @@ class Service:
             for kind in config.kinds:
                 # with Ray this instance only reads references (its pool never starts): a bad
                 # option fails here, before the cluster is reached
-                self.verifiers[kind] = get_verifier(kind, **config.configs.get(kind, {}))
+                self.verifiers[kind] = get_verifier(kind, **verifier_options(kind, config.configs))
             if config.ray_address is not None:
                 from .ray_pool import RayKindVerifier, RayPool
 

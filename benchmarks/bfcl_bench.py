@@ -15,7 +15,8 @@ Cases are built here from each question's possible answer: correct calls (first 
 values, last allowed values, every allowed value in between one parameter at a time, optional
 parameters omitted or sent as "", parallel calls reversed) and wrong ones (a value outside the
 allowed set, a wrong type, an integer sent as a float, a missing required parameter, an
-optional parameter left out where the answer does not list "", an extra parameter, a wrong function name, one call too many or too
+optional parameter left out where the answer does not list "", a parameter the answer does not
+name sent with its schema default, an extra parameter, a wrong function name, one call too many or too
 few, no call).
 The cases are ours, the data and the judge are BFCL's: agreement measures conformance with
 BFCL's rules, not correctness of either.
@@ -23,8 +24,9 @@ BFCL's rules, not correctness of either.
 Reading rule: a difference counts against veristep unless it falls
 under a documented difference (docs/verifiers.md, "Side by side with BFCL's own checker");
 veristep accepting a call that BFCL rejects is documented where BFCL's greedy pairing misses a
-valid assignment, where an optional parameter whose expected value is the schema's default is
-left out, and where an integer is sent as 2.0 (issue 31's target excuses only the pairing cases;
+valid assignment, where a parameter's schema default stands in for it (left out where the
+answer expects the default, or sent with the default where the answer does not name it), and
+where an integer is sent as 2.0 (issue 31's target excuses only the pairing cases;
 the summary counts each apart, and a second pass with schema_defaults=False and
 integer_floats=False shows veristep under BFCL's rules for the other two).
 
@@ -254,6 +256,15 @@ def build_cases(question: dict[str, Any], rng: random.Random) -> list[dict[str, 
         bad = copy.deepcopy(first)
         bad[index]["arguments"][param] = float(bad[index]["arguments"][param])
         variants.append(("wrong_float_for_int", bad))
+    # A parameter the answer does not name, sent with its schema default: BFCL's "unexpected".
+    unnamed = [(i, p, spec["default"]) for i, (a, call) in enumerate(zip(answer, first, strict=True))
+               for p, spec in _param_types(function, call["name"])[0].items()
+               if p not in next(iter(a.values())) and isinstance(spec, dict) and "default" in spec]
+    if unnamed:
+        index, param, value = pick.choice(unnamed)
+        bad = copy.deepcopy(first)
+        bad[index]["arguments"][param] = value
+        variants.append(("wrong_unnamed_default", bad))
     # wrong calls: one change to a random call of the first correct answer
     target = rng.randrange(len(first))
     call = first[target]
@@ -415,8 +426,9 @@ DOCUMENTED = {
               "null); BFCL checks types loosely and enums not at all",
     "pairing": "parallel calls: veristep pairs calls with expected calls by a maximum matching; "
                "BFCL's greedy first-fit pairing misses valid assignments",
-    "default": "an optional parameter left out whose expected value is the schema's default: "
-               "veristep accepts (the call does the same), BFCL rejects unless its answer lists \"\"",
+    "default": "an optional parameter left out whose expected value is the schema's default, or sent "
+               "with its default where the answer does not name it: veristep accepts (the call does the "
+               "same), BFCL rejects (schema_defaults=False: veristep too)",
     "float": "2.0 for an integer parameter: an integer to JSON Schema and veristep, a float to BFCL",
 }
 
@@ -428,8 +440,10 @@ def classify(case: dict[str, Any], bfcl: dict[str, Any], ours: dict[str, Any]) -
     if (ours["valid"] and not bfcl["valid"] and case["variant"] == "correct_reordered"
             and bfcl.get("error_type", "").endswith("cannot_find_match")):
         return "pairing"
-    if (ours["valid"] and not bfcl["valid"] and case["variant"] == "wrong_omit_optional"
-            and "not provided and not marked as optional" in bfcl.get("error", "")):
+    if ours["valid"] and not bfcl["valid"] and (
+            (case["variant"] == "wrong_omit_optional"
+             and "not provided and not marked as optional" in bfcl.get("error", ""))
+            or (case["variant"] == "wrong_unnamed_default" and "Unexpected parameter" in bfcl.get("error", ""))):
         return "default"
     if (ours["valid"] and not bfcl["valid"] and case["variant"] == "wrong_float_for_int"
             and "got float" in bfcl.get("error", "")):

@@ -366,7 +366,10 @@ def float_integers(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[Sch
     call them floats. The tools verifier reports them with `integer_floats=False`.
     """
     issues: list[SchemaIssue] = []
-    _float_integers(spec.parameters, arguments, [], issues)
+    declared, required = spec.properties, spec.required
+    for name, value in arguments.items():
+        if name in declared and (name in required or not _is_default(value, declared[name])):
+            _float_integers(declared[name], value, [name], issues)
     return issues
 
 

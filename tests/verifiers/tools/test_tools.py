@@ -642,7 +642,8 @@ def test_a_float_for_an_integer_is_a_wrong_type_unless_integer_floats():
     tools = [{"name": "book", "parameters": {"type": "dict", "properties": {
         "nights": {"type": "integer"}, "price": {"type": "float"},
         "rooms": {"type": "array", "items": {"type": "integer"}},
-        "guest": {"type": "dict", "properties": {"age": {"type": "integer"}}}},
+        "guest": {"type": "dict", "properties": {"age": {"type": "integer"}}},
+        "retries": {"type": "integer", "default": 1.0}},
         "required": ["nights"]}}]
     ref = {"tools": tools, "expected": [{"book": {"nights": [2], "price": ["", 100.0], "rooms": ["", [1, 2]],
                                                   "guest": ["", {"age": [30]}]}}]}
@@ -653,6 +654,7 @@ def test_a_float_for_an_integer_is_a_wrong_type_unless_integer_floats():
         ({"nights": 2, "rooms": [1.0, 2]}, Status.CORRECT, Status.SCHEMA_VIOLATION),
         ({"nights": 2, "guest": {"age": 30.0}}, Status.CORRECT, Status.SCHEMA_VIOLATION),
         ({"nights": 2.5}, Status.SCHEMA_VIOLATION, Status.SCHEMA_VIOLATION),
+        ({"nights": 2, "retries": 1.0}, Status.CORRECT, Status.CORRECT),  # the declared default
     ]
     lenient, strict = ToolCallVerifier(workers=0, integer_floats=True), ToolCallVerifier(workers=0)
     for arguments, by_json_schema, by_bfcl in cases:

@@ -354,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         verifier.verify_batch(["print(1)"] * args.workers,
                               [{"tests": [{"stdout": "1"}]}] * args.workers)
     load_before = os.getloadavg()
-    report: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()},
+    config = {k: str(v) for k, v in vars(args).items()}
+    with contextlib.suppress(ValueError):  # results name no machine's folders
+        config["out"] = str(args.out.resolve().relative_to(Path(__file__).resolve().parent.parent))
+    report: dict[str, Any] = {"config": config,
                               "python": verifiers["veristep"].sandbox.python, "sets": {}}
     print(f"{'set':<12} {'method':<22} {'isolation':<14} {'seconds':>8} {'tests/s':>8} "
           f"{'x subproc':>9} {'median [range] per round':>26} {'passed':>7}")

@@ -384,6 +384,21 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
     return result
 
 
+def kind_ratios(passes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each kind's request p99/p50 per served pass, with the median and range over the passes.
+
+    A kind's requests cost about the same, so its own ratio says how evenly it was served; with
+    a few dozen requests of a kind per pass its p99 is close to its slowest request, hence the
+    passes side by side.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for kind in passes[0]["served"]["latency_by_kind"]:
+        values = [round(p["served"]["latency_by_kind"][kind]["p99_s"] / p["served"]["latency_by_kind"][kind]["p50_s"], 2)
+                  for p in passes]
+        out[kind] = {"median": statistics.median(values), "range": [min(values), max(values)], "passes": values}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; write the JSON and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -437,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         report[key] = round(statistics.median(values), 3)
         report[key + "_range"] = [min(values), max(values)]
     report["passes"] = passes
+    report["p99_over_p50_by_kind"] = kind_ratios(passes)
     served_runs = [p["served"] for p in passes] + [report["served_worker_killed"], report["overload_2x"]]
     report["lost_all_runs"] = sum(r["lost"] for r in served_runs)
     report["duplicated_all_runs"] = sum(r["duplicated"] for r in served_runs)
@@ -453,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in (("served", s), ("worker killed", k), ("2x capacity", o)):
         print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "
               f"exit code after SIGTERM {r['exit_code_after_sigterm']}")
+    print("p99/p50 per kind, median [range] over the served passes: " + "; ".join(
+        f"{kind} {r['median']} {r['range']}" for kind, r in report["p99_over_p50_by_kind"].items()))
     print(f"in process, wall s per kind: {report['in_process_parallel']['wall_s_per_kind']}")
     print(f"CPU ms per item: in process {report['in_process_parallel']['cpu_ms_per_item']} (threads), "
           f"{report['in_process_sequential']['cpu_ms_per_item']} (in turn); server "

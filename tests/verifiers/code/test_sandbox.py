@@ -138,7 +138,6 @@ def test_step_result_flags(code_verifier):
 
 def test_each_completion_gets_a_fresh_container_in_the_threads_sandbox(make_code_verifier,
                                                                        sandbox_processes):
-    before = set(_all_sandbox_pids())
     verifier = make_code_verifier(timeout=2.0, workers=1)
     leave = "import os\nopen('/tmp/left', 'w').write('x')\nos.fork() or __import__('time').sleep(60)\n"
     look = (
@@ -159,30 +158,53 @@ def test_each_completion_gets_a_fresh_container_in_the_threads_sandbox(make_code
         assert broken.status.value == "compile_error"
         results = verifier.verify_batch([look] * 4, [{"tests": [{"stdout": "['main.py'] False [1, 2]"}]}] * 4)
         assert all(r.correct for r in results)
+        # This verifier's sandboxes, every process in them (not other users' sandboxes on
+        # the machine, which come and go while this runs). An orphan stays inside its
+        # sandbox's PID namespace, so inside this tree.
+        ours = _process_tree([p.pid for _, p in verifier.sandbox._processes])
+        assert len(ours) >= 2  # at least a launcher (bwrap) and its zygote
     assert sandbox_processes() == []
     # close() stopped this verifier's sandboxes (their last processes may take a moment to go).
     deadline = time.monotonic() + 10
-    while not set(_all_sandbox_pids()) <= before and time.monotonic() < deadline:
+    while _still_running(ours) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert set(_all_sandbox_pids()) <= before
+    assert _still_running(ours) == set()
 
 
-def _all_sandbox_pids() -> list[int]:
-    from veristep.verifiers.code.sandbox import _SUPERVISOR_SOURCE
-
-    marker = _SUPERVISOR_SOURCE.encode()[:200]
-    pids = []
+def _process_tree(roots: list[int]) -> set[tuple[int, str]]:
+    """(pid, start time) of `roots` and of every live descendant of theirs."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, str] = {}
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
+        if name.isdigit():
             try:
-                with open(f"/proc/{name}/cmdline", "rb") as fh:
-                    if marker in fh.read():
-                        with open(f"/proc/{name}/stat") as st:
-                            if st.read().rsplit(")", 1)[1].split()[0] != "Z":
-                                pids.append(int(name))
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-    return pids
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(name))
+                started[int(name)] = fields[19]
+    tree, todo = set(), [pid for pid in roots if pid in started]
+    while todo:
+        pid = todo.pop()
+        tree.add((pid, started[pid]))
+        todo += children.get(pid, [])
+    return tree
+
+
+def _still_running(processes: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """Those of `processes` still running (same pid and start time, not a zombie)."""
+    left = set()
+    for pid, start in processes:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and fields[19] == start:
+            left.add((pid, start))
+    return left
 
 
 # ---- issue 20: no orphans, no hang at start ----------------------------------------------------

@@ -103,6 +103,16 @@ def test_actors_on_both_nodes_share_the_work(ray_server):
     assert sum(a["items"] - before[a["actor"]] for a in actors) == 64
 
 
+def test_actors_that_cannot_be_placed_stop_the_server_with_the_reason(ray_cluster, tmp_path: Path):
+    # each node has 1 CPU: an actor asking for 4 can never be placed
+    proc = subprocess.run([sys.executable, "-m", "veristep", "serve", "math", "--port", "0", "--workers", "1",
+                           "--ray", ray_cluster, "--ray-actors", "1", "--ray-cpus", "4",
+                           "--ray-ready-timeout", "3"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode != 0, proc.stderr[-2000:]  # uvicorn: 3, start-up failed
+    assert "1 of 1 Ray actors not ready after 3 s (each reserves 4 CPU" in proc.stderr
+
+
 def test_queue_limit_and_deadline_as_a_local_server(ray_server):
     rows = [{"completion": "\\boxed{1}", "answer": "1"}] * 257
     r = httpx.post(ray_server.url + "/v1/verify/math", json={"rows": rows}, headers=AUTH, timeout=60)
@@ -163,7 +173,7 @@ def test_an_actor_killed_mid_request_loses_nothing_then_sigterm_stops_all(ray_se
 
 
 @pytest.mark.parametrize("args,message", [
-    (["math", "--ray-actors", "2"], "--ray-actors and --ray-cpus need --ray"),
+    (["math", "--ray-actors", "2"], "--ray-actors, --ray-cpus and --ray-ready-timeout need --ray"),
     (["math", "--ray", "--processes", "2", "--port", "8123"], "--ray and --processes > 1 do not combine"),
     (["math", "--ray", "--ray-actors", "0"], "--ray-actors must be >= 1"),
 ])

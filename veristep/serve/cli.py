@@ -65,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ray-cpus", type=float, default=1.0,
                         help="CPUs each Ray actor reserves in Ray's accounting (placement only; "
                         "its pool uses --workers processes)")
+    parser.add_argument("--ray-ready-timeout", type=float, default=600.0,
+                        help="seconds for every Ray actor to build its verifiers and warm its "
+                        "pools; past it the server exits non-zero saying why (e.g. actors that cannot be placed)")
     parser.add_argument("--set", dest="config", action="append", metavar="[KIND.]KEY=VALUE",
                         help="verifier option, repeatable; KIND. limits it to one kind; VALUE is "
                         "JSON if it parses (--set math.timeout=3)")
@@ -105,8 +108,11 @@ def build_config(args: argparse.Namespace) -> Any:
         raise UsageError(f"--ray-actors must be >= 1, got {args.ray_actors}")
     if not args.ray_cpus >= 0:
         raise UsageError(f"--ray-cpus must be >= 0, got {args.ray_cpus}")
-    if args.ray is None and (args.ray_actors is not None or args.ray_cpus != 1.0):
-        raise UsageError("--ray-actors and --ray-cpus need --ray")
+    if not args.ray_ready_timeout > 0:
+        raise UsageError(f"--ray-ready-timeout must be > 0, got {args.ray_ready_timeout}")
+    if args.ray is None and (args.ray_actors is not None or args.ray_cpus != 1.0
+                             or args.ray_ready_timeout != 600.0):
+        raise UsageError("--ray-actors, --ray-cpus and --ray-ready-timeout need --ray")
     if args.ray is not None and args.processes > 1:
         raise UsageError("--ray and --processes > 1 do not combine: with --ray one front process "
                          "hands the work to the actors (run another front elsewhere for more)")
@@ -136,6 +142,7 @@ def build_config(args: argparse.Namespace) -> Any:
         completion_key=args.completion_key, lanes=args.lanes, processes=args.processes,
         max_connections=args.max_connections, ray_address=args.ray,
         ray_actors=args.ray_actors, ray_cpus=args.ray_cpus,
+        ray_ready_timeout_s=args.ray_ready_timeout,
     )
 
 

@@ -41,8 +41,12 @@ def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None = None) -> None:
-    """One server process on a listening socket, until SIGTERM/SIGINT has drained it."""
+def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None = None) -> bool:
+    """One server process on a listening socket, until SIGTERM/SIGINT has drained it.
+
+    False when it never started serving (its start-up failed, e.g. Ray actors that could not
+    be placed; uvicorn has logged why).
+    """
     import uvicorn
 
     from .app import create_app
@@ -68,6 +72,7 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     server.run(sockets=[sock])
+    return bool(server.started)
 
 
 def _drain_with_parent() -> None:
@@ -89,8 +94,7 @@ def serve(config: ServeConfig, service: Service | None = None) -> int:
     print(f"veristep serve: listening on http://{host}:{port} (kinds: {', '.join(config.kinds)}; "
           f"processes: {config.processes}; config {config.config_hash()})", flush=True)
     if not shared:
-        _run_one(config, sock, service)
-        return 0
+        return 0 if _run_one(config, sock, service) else 1
     # N servers each building pools: a pool left at workers=None takes a 1/N share of the CPUs
     os.environ.setdefault(PROCESSES_ENV, str(config.processes))
     children: list[int] = []
@@ -101,7 +105,7 @@ def serve(config: ServeConfig, service: Service | None = None) -> int:
             try:
                 _drain_with_parent()
                 own = bind(config.host, port, reuse_port=True)
-                _run_one(config, own)
+                code = 0 if _run_one(config, own) else 1
             except BaseException as err:  # noqa: BLE001 - say why, then exit non-zero
                 print(f"veristep serve: server process failed: {err!r}", file=sys.stderr, flush=True)
                 code = 1

@@ -94,6 +94,7 @@ class ServeConfig:
     ray_address: str | None = None
     ray_actors: int | None = None  # None: one per alive node
     ray_cpus: float = 1.0  # CPUs each actor reserves in Ray's accounting (placement)
+    ray_ready_timeout_s: float = 600.0  # for every actor to build its verifiers and warm up
 
     def config_hash(self) -> str:
         """A short hash of what decides the rewards: version, kinds, their configs, unjudged value.
@@ -272,7 +273,7 @@ class Service:
     def warm_up(self) -> None:
         """Start every kind's pool (or wait for the Ray actors, which start theirs) before /ready."""
         if self.ray is not None:
-            self.ray.wait_ready()
+            self.ray.wait_ready(self.config.ray_ready_timeout_s)
         else:
             warm_up(self.verifiers)
 

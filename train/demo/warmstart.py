@@ -47,6 +47,12 @@ REFERENCE_SHA256: dict[str, dict[str, str]] = {
         "0749d44a0fdd1876e1961a84f68aa9cd60cf498607d0bab0757904f159e87f39":
             "AMD EPYC, torch 2.13.0+cpu, transformers 5.19.0",
     },
+    # CONDITION_RECIPES["chain8"]: the build the step-credit experiment's runs started from
+    # (benchmarks/results/gating_experiment_chain8.json), rebuilt bit-identical by a fresh clone.
+    "1b13153f0d85716a": {
+        "1b6b3239b2ba3ea6817aa84c9a9e697e114cb0e32436daea5dd9330e87aa1a6e":
+            "AMD EPYC, torch 2.13.0+cpu, transformers 5.19.0",
+    },
 }
 
 

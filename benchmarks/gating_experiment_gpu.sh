@@ -11,8 +11,8 @@
 # benchmarks/results/gating_experiment_gpu.json / .png.
 #
 # CONDITION=chain8 runs the step-credit condition instead (docs/experiment.md): its own warm start
-# (the chain8 recipe, built on the machine's CPUs with 16 threads), the CPU design's arms at the
-# CPU budget per run (50 steps x 16 prompts x 4), 6 paired seeds for every arm, 1,000 held-out
+# (the chain8 recipe, built on the machine's CPUs with 16 threads), the CPU design's arms and its
+# learning-rate follow-ups (GRPO at 2.62x and 3.3x, step credit at 2.62x) at the CPU budget per run (50 steps x 16 prompts x 4), 6 paired seeds for every arm, 1,000 held-out
 # prompts: the full-seed replication the CPU session could not afford.
 #
 #   bash benchmarks/gating_experiment_gpu.sh                     # from the repository root, venv active
@@ -28,7 +28,8 @@ exec "$PYTHON" benchmarks/gating_experiment.py \
     --warmstart-dir runs/warmstart-chain8-gpu \
     --warmstart-recipe '{"levels": ["chain8"], "demos_per_level": 5000, "step_error_rate": 0.3,
                          "train_steps": 1000, "max_new_tokens": 180, "threads": 16, "isa": "native"}' \
-    --arms grpo,oracle_prefix,placebo_prefix,rule_prefix,oracle_blame,grpo_lr --extra-arms mc \
+    --arms grpo,grpo@lr2.62,grpo@lr3.3,oracle_prefix,oracle_prefix@lr2.62,placebo_prefix,rule_prefix,rule_prefix@lr2.62 \
+    --extra-arms implicit_prefix@lr2.62,oracle_blame,grpo_lr,mc \
     --seeds 6 --extra-seeds 6 --grpo-lr-scale 1.62 \
     --steps 50 --eval-size 1000 --eval-interval 25 --set eval_greedy=false \
     --jobs 8 --runs-dir runs/gating_experiment_chain8_gpu \

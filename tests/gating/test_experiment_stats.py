@@ -210,10 +210,14 @@ def test_gpu_script_runs_the_step_credit_condition(tmp_path):
                             overrides={**setup["overrides"], **exp._overrides(args.set)},
                             grpo_lr_scale=args.grpo_lr_scale)
     arms = [a for a in (args.arms + "," + args.extra_arms).split(",") if a]
-    assert {"grpo", "oracle_prefix", "placebo_prefix", "rule_prefix"} <= set(arms)
+    assert {"grpo", "oracle_prefix", "placebo_prefix", "rule_prefix", "grpo@lr2.62", "rule_prefix@lr2.62",
+            "implicit_prefix@lr2.62"} <= set(arms)
+    settings.warmstart_dir = args.warmstart_dir
     for arm in arms:
         cfg = make_config(**exp.trainer_values(settings, arm, 0, tmp_path, 1, False))
         assert cfg.device == "cuda" and cfg.max_completion_len == 180 and not cfg.eval_greedy
+        if arm.startswith("implicit"):  # the PRM starts from this script's own warm start
+            assert cfg.prm == "implicit:runs/warmstart-chain8-gpu,lr=5e-4"
     lr = make_config(**exp.trainer_values(settings, "grpo_lr", 0, tmp_path, 1, False)).lr
     assert lr == pytest.approx(1.62 * 3e-5)
 

@@ -14,6 +14,9 @@ One run measures, on the same machine and the same mixed math / code / tools row
 3. overload: the same load against a server whose queue holds half of what the clients keep in
    flight (2x capacity): how many 429s, that every request is still answered after the client's
    retries, and that the server is healthy afterwards.
+4. unless `--no-ray`: a served run with `--ray` on a private one-machine Ray instance (the
+   pools on one Ray actor behind the same front), back to back with a plain served run: what
+   the Ray hop costs, and that nothing is lost through it.
 
 Writes benchmarks/results/serve_bench.json and prints a table.
 """
@@ -341,11 +344,12 @@ def _percentiles(values: list[float]) -> tuple[float, float]:
 
 
 def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_queue: int, kill: bool,
-           ) -> dict[str, Any]:
+           server_args: list[str] | None = None) -> dict[str, Any]:
     """Run the load against a fresh server; stop it with SIGTERM; memory samples included."""
     import httpx
 
-    proc, url = start_server(args.workers, max_queue, ["--lanes", str(args.lanes)] if args.lanes else [])
+    extra = (["--lanes", str(args.lanes)] if args.lanes else []) + (server_args or [])
+    proc, url = start_server(args.workers, max_queue, extra)
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
 
@@ -410,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shares", default="math=0.6,tools=0.3,code=0.1")
     parser.add_argument("--repeat", type=int, default=3,
                         help="in-process and served passes, alternated; ratios per pass, then median and range")
+    parser.add_argument("--no-ray", action="store_true",
+                        help="skip the served pair with and without --ray local (needs ray)")
     parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "serve_bench.json"))
     args = parser.parse_args(argv)
     shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
@@ -444,6 +450,14 @@ def main(argv: list[str] | None = None) -> int:
     report["served_worker_killed"] = served(rows, args, max_queue=4 * in_flight, kill=True)
     print(f"served at 2x capacity (queue {in_flight // 2} items, {in_flight} in flight) ...", flush=True)
     report["overload_2x"] = served(rows, args, max_queue=in_flight // 2, kill=False)
+    if not args.no_ray:
+        # `--ray local`: the same HTTP front, the pools on one Ray actor of a private one-machine
+        # Ray instance; back to back with a plain served run, so their ratio is that pair's
+        print("served with --ray local, then without, back to back ...", flush=True)
+        ray_run = served(rows, args, max_queue=4 * in_flight, kill=False, server_args=["--ray", "local"])
+        plain = served(rows, args, max_queue=4 * in_flight, kill=False)
+        report["ray_local_pair"] = {"served_ray_local": ray_run, "served": plain,
+                                    "ray_over_plain": round(ray_run["items_per_s"] / plain["items_per_s"], 3)}
     # the pass with the median served/in-process ratio stands for the run in the table
     middle = sorted(passes, key=lambda p: p["served_over_in_process"])[len(passes) // 2]
     report.update({k: middle[k] for k in ("in_process_parallel", "in_process_sequential", "served")})
@@ -454,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     report["passes"] = passes
     report["p99_over_p50_by_kind"] = kind_ratios(passes)
     served_runs = [p["served"] for p in passes] + [report["served_worker_killed"], report["overload_2x"]]
+    if "ray_local_pair" in report:
+        served_runs += [report["ray_local_pair"]["served_ray_local"], report["ray_local_pair"]["served"]]
     report["lost_all_runs"] = sum(r["lost"] for r in served_runs)
     report["duplicated_all_runs"] = sum(r["duplicated"] for r in served_runs)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
@@ -466,6 +482,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in (("served (median pass)", s), ("served, a worker killed", k), ("served, 2x capacity", o)):
         print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
               f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
+    if "ray_local_pair" in report:
+        pair = report["ray_local_pair"]
+        for name, r in (("served, --ray local", pair["served_ray_local"]), ("served, its plain pair", pair["served"])):
+            print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
+                  f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
+        print(f"--ray local / plain served, back to back: {pair['ray_over_plain']}")
     for name, r in (("served", s), ("worker killed", k), ("2x capacity", o)):
         print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "
               f"exit code after SIGTERM {r['exit_code_after_sigterm']}")

@@ -219,13 +219,14 @@ def argument_mismatch(
     expected: ExpectedCall,
     spec: FunctionSpec | None = None,
     mode: StringMatch = StringMatch.BFCL,
-    defaults: bool = True,
+    defaults: bool = False,
 ) -> str | None:
     """Why `call` does not match `expected` (None when it matches).
 
-    With `defaults`, a parameter whose value is its schema default may be left out where that
-    value is expected, or sent where the parameter is not expected (the call does the same);
-    without, only "" marks a parameter that may be left out, as in BFCL.
+    By default, as in BFCL, only "" marks a parameter that may be left out, and a parameter the
+    expected call does not name is unexpected even when it restates its schema default. With
+    `defaults`, a parameter whose value is its schema default may be left out where that value
+    is expected, or sent where the parameter is not expected (the call does the same).
     """
     if call.name != expected.name:
         return f"called {call.name!r}, expected {expected.name!r}"
@@ -316,7 +317,7 @@ def match_calls(
     schema: ToolSchema | None = None,
     mode: StringMatch = StringMatch.BFCL,
     eligible: Sequence[bool] | None = None,
-    defaults: bool = True,
+    defaults: bool = False,
 ) -> MatchResult:
     """Pair calls with expected calls order-insensitively and judge the set as a whole.
 

@@ -63,6 +63,10 @@ class ToolCallVerifier:
     should not call any tool (reward 1 for no call); no "expected" key at all means schema-only
     mode (reward 1 for one or more calls that all fit "tools"). A reference that cannot be used
     (malformed, or expected values that break their own schema) gives BAD_REFERENCE, unjudged.
+    Matching follows BFCL's rules by default (`string_match="bfcl"`; only "" lets a parameter be
+    left out); `schema_defaults=True` lets a parameter's schema default stand in for it (left out
+    where the default is expected, or sent where the expected call does not name it: the same
+    call in effect).
     """
 
     kind = "tools"
@@ -82,7 +86,7 @@ class ToolCallVerifier:
         timeout: float = 10.0,
         max_reported: int = 50,
         max_calls: int = 128,
-        schema_defaults: bool = True,
+        schema_defaults: bool = False,
         integer_floats: bool = False,
     ) -> None:
         self.format = resolve_format(format)

@@ -46,10 +46,10 @@ TOOLS = [
 SCHEMA = ToolSchema.from_tools(TOOLS)
 
 
-def mismatch(arguments, expected_arguments, name="get_weather"):
+def mismatch(arguments, expected_arguments, name="get_weather", defaults=False):
     spec = SCHEMA.get(name)
     exp = expected_call({"name": name, "arguments": expected_arguments}, spec)
-    return argument_mismatch(ToolCall(name, arguments), exp, spec)
+    return argument_mismatch(ToolCall(name, arguments), exp, spec, defaults=defaults)
 
 
 # ---------------------------------------------------------------- values and allowed values
@@ -88,17 +88,24 @@ def test_optional_parameter_omitted_with_bfcl_marker():
     assert "missing argument 'days'" in mismatch({"city": "Paris"}, {"city": "Paris", "days": 3})
 
 
-def test_optional_parameter_omitted_when_expected_equals_schema_default():
-    assert mismatch({"city": "Paris"}, {"city": "Paris", "unit": "celsius"}) is None
-    assert mismatch({"city": "Paris"}, {"city": "Paris", "unit": "fahrenheit"}) is not None
+def test_optional_parameter_omitted_where_its_schema_default_is_expected():
+    # BFCL's rule by default: only "" marks a parameter that may be left out
+    assert "missing argument 'unit'" in mismatch({"city": "Paris"}, {"city": "Paris", "unit": "celsius"})
+    # opt-in: the schema default stands in for the parameter
+    assert mismatch({"city": "Paris"}, {"city": "Paris", "unit": "celsius"}, defaults=True) is None
+    assert mismatch({"city": "Paris"}, {"city": "Paris", "unit": "fahrenheit"}, defaults=True) is not None
 
 
-def test_unexpected_argument_fails_unless_it_restates_the_default():
-    assert mismatch({"city": "Paris", "unit": "celsius"}, {"city": "Paris"}) is None
-    assert "unexpected argument 'unit'" in mismatch(
-        {"city": "Paris", "unit": "fahrenheit"}, {"city": "Paris"}
-    )
-    assert "unexpected argument 'days'" in mismatch({"city": "Paris", "days": 1}, {"city": "Paris"})
+def test_unexpected_argument_fails_even_restating_the_default_unless_opted_in():
+    assert "unexpected argument 'unit'" in mismatch({"city": "Paris", "unit": "celsius"}, {"city": "Paris"})
+    assert mismatch({"city": "Paris", "unit": "celsius"}, {"city": "Paris"}, defaults=True) is None
+    for defaults in (False, True):
+        assert "unexpected argument 'unit'" in mismatch(
+            {"city": "Paris", "unit": "fahrenheit"}, {"city": "Paris"}, defaults=defaults
+        )
+        assert "unexpected argument 'days'" in mismatch(
+            {"city": "Paris", "days": 1}, {"city": "Paris"}, defaults=defaults
+        )
 
 
 # ---------------------------------------------------------------- type coercion rules

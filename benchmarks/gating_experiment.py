@@ -316,6 +316,21 @@ def trainer_values(settings: Settings, arm: str, seed: int, out: Path, steps: in
     return values
 
 
+def next_chunk(done: int, used: int, budget: int, per_step: int) -> int:
+    """Steps of a costly arm's next training call (0: stop), so its rollouts stay within budget.
+
+    A step costs one batch or many (Monte-Carlo continuations: 20x on chain8), unknown until one
+    has run: the first call is one step; later ones are sized by the mean cost so far, and the
+    run stops when the next step would not fit.
+    """
+    if not done:
+        return 1 if budget >= per_step else 0
+    rate, left = used / done, budget - used
+    if left < rate or left < per_step:
+        return 0
+    return max(1, int(0.8 * left / rate))
+
+
 def run_arm(settings: Settings, arm: str, seed: int, out_root: Path) -> dict[str, Any]:
     """Train one arm with one seed within the rollout budget; return its record."""
     from veristep.train.config import make_config
@@ -329,15 +344,8 @@ def run_arm(settings: Settings, arm: str, seed: int, out_root: Path) -> dict[str
         summary = train(make_config(**trainer_values(settings, arm, seed, out, settings.steps, False)))
         calls = 1
     else:
-        # A step costs between 1x and several x a batch: chunks sized by the cost so far, stopping
-        # when the next step would not fit (the first chunk is short to measure the cost).
         done, used, calls, summary = 0, 0, 0, {}
-        while True:
-            rate = used / done if done else 3.0 * per_step
-            left = budget - used
-            if left < rate or left < per_step:
-                break
-            chunk = max(1, int(0.8 * left / rate)) if done else max(1, settings.steps // 10)
+        while chunk := next_chunk(done, used, budget, per_step):
             summary = train(make_config(**trainer_values(settings, arm, seed, out, done + chunk, done > 0)))
             calls += 1
             done, used = int(summary["steps"]), int(summary["rollouts"])

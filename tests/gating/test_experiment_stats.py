@@ -333,3 +333,16 @@ def test_share_of_ceiling_at_the_arms_own_learning_rate():
     assert "share_of_ceiling_same_rate" not in rows["grpo@lr2"]
     assert "| rule_prefix@lr2 | 300 % [300, 300] | 50 % [50, 50] |" in exp.format_tables(
         exp.summarise(recs, arms, budget=100, ceiling_arm="oracle_prefix"))
+
+
+def test_a_costly_arm_measures_its_step_cost_before_spending_the_budget():
+    # The first call is one step, whatever a step costs.
+    assert exp.next_chunk(0, 0, budget=3200, per_step=64) == 1
+    # Monte-Carlo continuations made that step cost 1,244 rollouts: one more fits, not two.
+    assert exp.next_chunk(1, 1244, budget=3200, per_step=64) == 1
+    assert exp.next_chunk(2, 2488, budget=3200, per_step=64) == 0
+    # A step of one batch: most of what is left in one call, and never past the budget.
+    assert exp.next_chunk(1, 64, budget=3200, per_step=64) == int(0.8 * 3136 / 64)
+    assert exp.next_chunk(49, 3136, budget=3200, per_step=64) == 1
+    assert exp.next_chunk(50, 3200, budget=3200, per_step=64) == 0
+    assert exp.next_chunk(0, 0, budget=32, per_step=64) == 0

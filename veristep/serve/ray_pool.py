@@ -78,13 +78,9 @@ class VerifierActor:
 
     def close(self) -> None:
         """Close every verifier's pool before the actor goes away."""
-        for verifier in self.verifiers.values():
-            close = getattr(verifier, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - the others still need closing
-                    pass
+        from .service import close_verifiers
+
+        close_verifiers(self.verifiers)
 
 
 def _portable(outcome: VerifyResult | BaseException) -> VerifyResult | BaseException:

@@ -31,7 +31,7 @@ from veristep import __version__
 from veristep.common.jsonl_io import Record, parse_record
 from veristep.verifiers.adapters import _BadReference
 from veristep.verifiers.async_adapters import reference_from_label
-from veristep.verifiers.cli.runner import RAISED_KEY, Item, make_item, output_row
+from veristep.verifiers.cli.runner import RAISED_KEY, Item, close_verifier, make_item, output_row
 from veristep.verifiers.core.aio import bridge_for, configure_async
 from veristep.verifiers.core.registry import get_verifier, verifier_class
 from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
@@ -279,15 +279,18 @@ class Service:
 
     def close(self) -> None:
         """Close every verifier (worker pools, sandboxes) and the Ray actors."""
-        for verifier in self.verifiers.values():
-            close = getattr(verifier, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - closing the others matters more
-                    pass
+        close_verifiers(self.verifiers)
         if self.ray is not None:
             self.ray.close()
+
+
+def close_verifiers(verifiers: Mapping[str, Verifier]) -> None:
+    """Close every verifier that has pools; one that fails to close does not stop the others."""
+    for verifier in verifiers.values():
+        try:
+            close_verifier(verifier)
+        except Exception:  # noqa: BLE001 - closing the others matters more
+            pass
 
 
 def warm_up(verifiers: Mapping[str, Verifier]) -> None:

@@ -591,6 +591,12 @@ def summarise(records: list[dict[str, Any]], arms: list[str], budget: int, place
     return out
 
 
+def _family(arm: str) -> str:
+    """The method an arm runs, whatever its learning rate (`grpo_lr` is GRPO at another rate)."""
+    base = arm.partition("@")[0]
+    return "grpo" if base == "grpo_lr" else base
+
+
 def _best_rates(by_arm: dict[str, dict[int, dict[str, Any]]], margin: float | None) -> dict[str, Any] | None:
     """Each method run at several learning rates, at its best one, against GRPO at its best.
 
@@ -600,8 +606,7 @@ def _best_rates(by_arm: dict[str, dict[int, dict[str, Any]]], margin: float | No
     families: dict[str, list[str]] = {}
     for arm, runs in by_arm.items():
         if runs:
-            base = arm.partition("@")[0]
-            families.setdefault("grpo" if base == "grpo_lr" else base, []).append(arm)
+            families.setdefault(_family(arm), []).append(arm)
     families = {f: m for f, m in families.items() if any("@lr" in a or a == "grpo_lr" for a in m)}
     if len(families.get("grpo", [])) < 2:
         return None
@@ -636,37 +641,39 @@ def _mean_none(vals: list[float | None]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
+def _ci(d: dict[str, Any] | None) -> str:
+    """`+m [+lo, +hi]` in points from a mean_ci95 dict; the mean alone without bounds; '-' without one."""
+    if not d or d.get("mean") is None:
+        return "-"
+    lo, hi = d["ci95"]
+    band = f" [{_pct(lo, sign=True)}, {_pct(hi, sign=True)}]" if lo is not None else ""
+    return f"{_pct(d['mean'], sign=True)}{band}"
+
+
 def format_tables(summary: dict[str, Any]) -> str:
     """Markdown: results with CIs and p-values, mechanism, cost."""
-    def ci(d: dict[str, Any] | None) -> str:
-        if not d or d.get("mean") is None:
-            return "-"
-        lo, hi = d["ci95"]
-        band = f" [{_pct(lo, sign=True)}, {_pct(hi, sign=True)}]" if lo is not None else ""
-        return f"{_pct(d['mean'], sign=True)}{band}"
-
     lines = ["| arm | seeds | pass@1 after | gain | vs GRPO, 95% CI | p (sign flip) | eval-noise SE "
              "| greedy vs GRPO | vs placebo | verdict |", "|---" * 10 + "|"]
     for r in summary["rows"]:
         vg = r.get("pass@1_vs_grpo")
         lines.append(
-            f"| {r['arm']} | {len(r['seeds'])} | {_pct(r['pass@1_after']['mean'])} | {ci(r['pass@1_gain'])} "
-            f"| {ci(vg)} | {_p(vg)} "
-            f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {ci(r.get('greedy_vs_grpo'))} "
-            f"| {ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
+            f"| {r['arm']} | {len(r['seeds'])} | {_pct(r['pass@1_after']['mean'])} | {_ci(r['pass@1_gain'])} "
+            f"| {_ci(vg)} | {_p(vg)} "
+            f"| {_pct(vg['eval_noise_se']) if vg else '-'} | {_ci(r.get('greedy_vs_grpo'))} "
+            f"| {_ci(r.get('pass@1_vs_placebo'))} | {r.get('verdict', 'reference')} |")
     lr_rows = [r for r in summary["rows"] if r.get("pass@1_vs_grpo_lr")]
     if lr_rows:
         lines += ["", "| arm | vs grpo_lr (GRPO at the matched learning rate), 95% CI | p (sign flip) | seeds |",
                   "|---" * 4 + "|"]
         for r in lr_rows:
             d = r["pass@1_vs_grpo_lr"]
-            lines.append(f"| {r['arm']} | {ci(d)} | {_p(d)} | {len(d['seeds'])} |")
+            lines.append(f"| {r['arm']} | {_ci(d)} | {_p(d)} | {len(d['seeds'])} |")
     if summary.get("matched_pairs"):
         lines += ["", "| pair (lr x \\|A\\| mass matched) | pass@1 difference, 95% CI | p (sign flip) | seeds | reading |",
                   "|---" * 5 + "|"]
         for m in summary["matched_pairs"]:
             d = m["pass@1"]
-            lines.append(f"| {m['arm']} - {m['against']} | {ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
+            lines.append(f"| {m['arm']} - {m['against']} | {_ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
         lines.append(f"\nmass-matched reading: {summary['matched_reading']}")
     if summary.get("best_rates"):
         lines += ["", "| at its best learning rate - GRPO at its best | pass@1 difference, 95% CI | p (sign flip) "
@@ -674,7 +681,7 @@ def format_tables(summary: dict[str, Any]) -> str:
         for m in summary["best_rates"]["vs_grpo_best"]:
             d = m["pass@1"]
             lines.append(f"| {m['arm']} (best of {m['rates']} rates) - {m['against']} (best of {m['grpo_rates']}) "
-                         f"| {ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
+                         f"| {_ci(d)} | {_p(d)} | {len(d['seeds'])} | {m['reading']} |")
     if any("share_of_ceiling" in r or "step_accuracy" in r for r in summary["rows"]):
         ceiling = summary.get("ceiling_arm") or "the ceiling"
         lines += ["", f"| arm | gain over grpo as a share of {ceiling}'s (bootstrap 95% CI) | the same at the "
@@ -744,16 +751,14 @@ def brief_summary(records: list[dict[str, Any]], reference: dict[str, Any] | Non
         se = (_prompt_se(finals[0].get("pass@1_per_prompt")) if len(finals) == 1
               else _prompt_se([f["pass@1"] for f in finals]))
         lines.append(f"| {arm} | {_pct(before)} | {_pct(after)}{se} | {_pct(after - before, sign=True)} |")
-    grpo = [a for a in by_arm if a.partition("@")[0] in ("grpo", "grpo_lr")]
+    grpo = [a for a in by_arm if _family(a) == "grpo"]
     lines += ["", "| pass@1 difference | this run | committed experiment, 95% CI over seeds |", "|---|---|---|"]
     for arm in (a for a in by_arm if a not in grpo):
         for base in grpo:
             here = paired(by_arm[arm], by_arm[base], "pass@1")
             se = here["eval_noise_se"] if n_seeds == 1 else (here["sd"] or 0) / math.sqrt(here["n"])
             there = paired(ref_by_arm.get(arm, {}), ref_by_arm.get(base, {}), "pass@1")
-            lo, hi = there["ci95"]
-            ref_cell = "-" if lo is None else (f"{_pct(there['mean'], sign=True)} [{_pct(lo, sign=True)}, "
-                                               f"{_pct(hi, sign=True)}], {there['n']} seeds")
+            ref_cell = "-" if there["ci95"][0] is None else f"{_ci(there)}, {there['n']} seeds"
             lines.append(f"| {arm} - {base} | {_pct(here['mean'], sign=True)}"
                          f"{'' if se is None else f' ± {100 * se:.1f}'} | {ref_cell} |")
     if ref_by_arm:
@@ -765,11 +770,9 @@ def brief_summary(records: list[dict[str, Any]], reference: dict[str, Any] | Non
             lines.append(f"| {arm} | {stats['n']} | {_pct(stats['mean'])}{sd} |")
     for row in ((reference or {}).get("best_rates") or {}).get("vs_grpo_best", []):
         if row["arm"] in by_arm:
-            d = row["pass@1"]
             lines.append(f"\ncommitted experiment, each method at its best learning rate: {row['arm']} - "
                          f"{row['against']} (GRPO's best of {row['grpo_rates']} rates): "
-                         f"{_pct(d['mean'], sign=True)} [{_pct(d['ci95'][0], sign=True)}, "
-                         f"{_pct(d['ci95'][1], sign=True)}], {d['n']} seeds")
+                         f"{_ci(row['pass@1'])}, {row['pass@1']['n']} seeds")
     return "\n".join(lines)
 
 

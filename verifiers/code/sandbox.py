@@ -151,6 +151,8 @@ class StepResult:
     #: "memory" or "processes" when the watchdog stopped the completion at its budget.
     limit: str | None = None
     peak_memory_bytes: int | None = None
+    #: A Python step ran the program as an earlier step of this completion compiled it.
+    precompiled: bool = False
 
     @property
     def ok(self) -> bool:
@@ -372,6 +374,7 @@ class SandboxSession:
                 report=str(reply.get("report", "")),
                 limit=reply.get("limit"),
                 peak_memory_bytes=reply.get("peak_memory_bytes"),
+                precompiled=bool(reply.get("precompiled", False)),
             )
         except (KeyError, TypeError, ValueError) as err:
             self._process.fail(f"malformed supervisor reply ({err})")

@@ -39,6 +39,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 4, 38, 22, 2
 _PR_SET_CHILD_SUBREAPER = 36
@@ -46,6 +47,8 @@ _COMPILE_ERROR_EXIT = 102  # also stated in the report; mirrored in verifiers/co
 _STDERR_KEEP = 4096
 _WATCH_INTERVAL_S = 0.01  # how often the watchdog samples a running step
 _LAST_SAMPLE_S = 1.0  # how long past its wall limit a step's last sample may take
+_CODE_FD = 4  # where a Python test process hands its compiled program back, before running it
+_CODE_MAX_BYTES = 1 << 20  # a bigger compiled program is compiled again by every test
 
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
@@ -291,6 +294,10 @@ class Supervisor:
         self.program_filter = init.get("program_fprog")  # built by the zygote (see main)
         self.artifacts = {}
         self.counter = 0
+        # (path, source bytes, code object): the program as this completion's first Python test
+        # compiled it, so that its later tests skip the compiler (a third of a short test's CPU,
+        # mostly copy-on-write page faults in the forked process).
+        self.compiled = None
         self.is_pid1 = os.getpid() == 1
         # Each test in a PID namespace of its own (inside a user namespace of its own, which
         # needs no privilege): its processes cannot see or signal another test's.
@@ -299,7 +306,11 @@ class Supervisor:
     def step(self, req):
         self._reset_folders()
         self.counter += 1
-        workdir = os.path.join(self.workroot, f"s{self.counter}")
+        # One path for every step, so that a compiled program (its file name is in it) fits
+        # them all; a new one if an earlier step left this one behind.
+        workdir = os.path.join(self.workroot, "run")
+        if os.path.lexists(workdir):
+            workdir = os.path.join(self.workroot, f"run{self.counter}")
         os.mkdir(workdir, 0o700)
         for name, data in self.artifacts.items():
             _write(os.path.join(workdir, name), data, 0o700)
@@ -322,19 +333,29 @@ class Supervisor:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        source = _python_source(req, workdir)
+        code = code_r = code_w = None
+        if source is not None:
+            if self.compiled is not None and self.compiled[:2] == source:
+                code = self.compiled[2]
+            else:
+                code_r, code_w = os.pipe()  # for the compiled program, from the test process
         start = time.monotonic()
         # The child would otherwise copy every page its first garbage collection touches.
         gc.freeze()
         pid = os.fork()
         if pid == 0:
-            _child(req, workdir, limits, (stdin_fd, out_w, err_w, rep_w), self.env,
-                   self.program_filter, self.test_pid_ns)  # never returns
-        for fd in (stdin_fd, out_w, err_w, rep_w):
-            os.close(fd)
+            _child(req, workdir, limits, (stdin_fd, out_w, err_w, rep_w, code_w), self.env,
+                   self.program_filter, self.test_pid_ns, code)  # never returns
+        for fd in (stdin_fd, out_w, err_w, rep_w, code_w):
+            if fd is not None:
+                os.close(fd)
         watch = _Watchdog(self, limits, 2 if self.test_pid_ns else 0) if self.is_pid1 else None
         streams, timed_out, over = _collect(pid, (out_r, err_r, rep_r),
                                             start + limits["wall_s"], limits["output_bytes"],
-                                            watch)
+                                            watch, code_r)
+        if code_r is not None:
+            self._keep_compiled(source, streams.pop())
         if self.test_pid_ns and not (timed_out or over or (watch and watch.exceeded)):
             # The outer process ends just after the program (it relays the program's status):
             # wait for it, up to the wall limit, before anything is killed.
@@ -358,7 +379,20 @@ class Supervisor:
             "output_limited": over,
             "limit": watch.exceeded if watch is not None else None,
             "peak_memory_bytes": watch.peak_memory if watch is not None else None,
+            "precompiled": code is not None,
         }
+
+    def _keep_compiled(self, source, data):
+        """Keep the code object a test process sent (whole, before any program code ran)."""
+        size = struct.unpack("<Q", data[:8])[0] if len(data) >= 8 else -1
+        if size != len(data) - 8:
+            return  # none sent (too big, a compile error), or cut short by a kill
+        try:
+            code = marshal.loads(data[8:])
+        except (EOFError, ValueError, TypeError):
+            return
+        if isinstance(code, types.CodeType):
+            self.compiled = (*source, code)
 
     # ---- hygiene between the steps of one completion -------------------------------------
     def kill_all(self, pid=None):
@@ -498,8 +532,23 @@ def _proportional(pid, resident):
     return resident if size is None else size
 
 
-def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False):
-    stdin_fd, out_w, err_w, rep_w = fds
+def _python_source(req, workdir):
+    """(path, source bytes) of the program a Python step compiles, or None for other steps."""
+    name = req.get("python_main") or (req.get("python_calls") or {}).get("solution")
+    text = req.get("files", {}).get(name) if name else None
+    if not isinstance(text, str):
+        return None  # read from the folder (a file of an earlier step): compiled each time
+    return os.path.join(workdir, name), text.encode("utf-8", "surrogatepass")
+
+
+def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False, code=None):
+    """A step's process: limits, the program filter, then the program (never returns).
+
+    A Python step runs `code` when the supervisor has it (compiled by an earlier test of this
+    completion); else it compiles the source and, when the supervisor asked (a pipe at fds[4]),
+    sends the result back on fd 4 before any of it runs.
+    """
+    stdin_fd, out_w, err_w, rep_w, code_w = fds
     try:
         os.setpgid(0, 0)
         if test_pid_ns:
@@ -508,21 +557,27 @@ def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(rep_w, 3)
-        os.closerange(4, _max_fd())
+        if code_w is not None:
+            os.dup2(code_w, _CODE_FD)
+        os.closerange(_CODE_FD if code_w is None else _CODE_FD + 1, _max_fd())
         os.chdir(workdir)
-        # Ignored signals stay ignored across exec: give the program default dispositions.
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT,
-                    signal.SIGTERM, signal.SIGHUP):
+        # Ignored signals stay ignored across exec: give the program default dispositions
+        # (a Python step sets SIGPIPE, SIGXFSZ and SIGINT itself, as an interpreter does).
+        python = req.get("python_main") or req.get("python_calls")
+        for sig in ((signal.SIGXCPU, signal.SIGTERM, signal.SIGHUP) if python else
+                    (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT,
+                     signal.SIGTERM, signal.SIGHUP)):
             signal.signal(sig, signal.SIG_DFL)
         _set_limits(limits, 3 if test_pid_ns else 2)
         if program_filter:
             _install_filter(program_filter)
         _set_dumpable(True)
         if req.get("python_main"):
-            _run_python(workdir, req["python_main"], None, req.get("files", {}))
+            _run_python(workdir, req["python_main"], None, req.get("files", {}), code,
+                        code_w is not None)
         if req.get("python_calls"):
             _run_python(workdir, req["python_calls"]["solution"], req["python_calls"],
-                        req.get("files", {}))
+                        req.get("files", {}), code, code_w is not None)
         os.close(3)
         argv = req["argv"]
         os.execve(_which(argv[0], env), argv, env)
@@ -644,12 +699,14 @@ def _report(message):
         view = view[os.write(3, view):]
 
 
-def _run_python(workdir, filename, calls, files):
+def _run_python(workdir, filename, calls, files, code=None, send_code=False):
     """Run `filename` as __main__ (calls=None), or as module `solution` and then evaluate the
     calls, reporting each return value as plain data; then exit like python would.
 
-    The source is compiled from the step's `files` when it is one of them (the bytes just
-    written to `filename`, which nothing else can have changed), else read from the folder.
+    `code` is the program compiled by an earlier test; without it the source is compiled from
+    the step's `files` when it is one of them (the bytes just written to `filename`, which
+    nothing else can have changed), else read from the folder, and with `send_code` the result
+    goes to the supervisor before any of it runs.
     """
     path = os.path.join(workdir, filename)
     # What a fresh interpreter sets up at start: EPIPE/EFBIG as exceptions, Ctrl-C as one.
@@ -668,18 +725,22 @@ def _run_python(workdir, filename, calls, files):
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
         errors="backslashreplace", line_buffering=True)
     try:
-        text = files.get(filename)
-        if text is None:
-            with open(path, "rb") as fh:
-                source = fh.read()
-        else:
-            source = text.encode("utf-8", "surrogatepass")
-        code = compile(source, path, "exec", dont_inherit=True)
+        if code is None:
+            text = files.get(filename)
+            if text is None:
+                with open(path, "rb") as fh:
+                    source = fh.read()
+            else:
+                source = text.encode("utf-8", "surrogatepass")
+            code = compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
         message = "".join(traceback.format_exception_only(type(exc), exc))
         _report({"compile_error": message})
         sys.stderr.write(message)
         _exit_interpreter(_COMPILE_ERROR_EXIT)
+    finally:
+        if send_code:
+            _send_code(code)
     module = type(sys)("__main__" if calls is None else "solution")
     module.__file__ = path
     module.__builtins__ = builtins
@@ -699,6 +760,19 @@ def _run_python(workdir, filename, calls, files):
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         status = 1
     _exit_interpreter(status)
+
+
+def _send_code(code):
+    """The compiled program, length-prefixed, on fd 4, which is then closed (nothing when the
+    compiler failed or the program is too big)."""
+    try:
+        data = marshal.dumps(code) if code is not None else b""
+        if 0 < len(data) <= _CODE_MAX_BYTES:
+            _write_all(_CODE_FD, struct.pack("<Q", len(data)) + data)
+    except (OSError, ValueError):
+        pass  # the supervisor keeps nothing and the next test compiles again
+    finally:
+        os.close(_CODE_FD)
 
 
 def _program_frames(tb):
@@ -779,8 +853,16 @@ def _exit_code(value):
 
 
 # ---- collecting a step's output ------------------------------------------------------------------
-def _collect(pid, fds, deadline, cap, watch):
-    """Read the pipes until the child exits, or the deadline, output cap or a budget is hit."""
+def _collect(pid, fds, deadline, cap, watch, side=None):
+    """Read the pipes until the child exits, or the deadline, output cap or a budget is hit.
+
+    `side`, when given, is one more pipe (the compiled program): read along, kept up to
+    _CODE_MAX_BYTES + 8 bytes, never an output limit; its bytes come last in the result.
+    """
+    caps = dict.fromkeys(fds, cap)
+    if side is not None:
+        fds = (*fds, side)
+        caps[side] = _CODE_MAX_BYTES + 8
     chunks = {fd: [] for fd in fds}
     sizes = dict.fromkeys(fds, 0)
     open_fds = set(fds)
@@ -827,16 +909,16 @@ def _collect(pid, fds, deadline, cap, watch):
                 open_fds.discard(fd)
                 continue
             sizes[fd] += len(data)
-            if sizes[fd] > cap:
-                over = True
-            else:
+            if sizes[fd] <= caps[fd]:
                 chunks[fd].append(data)
+            elif fd != side:
+                over = True
         if over:
             break
         if exited:
             # The program is done; take what its descendants already wrote, but do not wait
             # for them to close inherited pipes.
-            _drain(open_fds, chunks, sizes, cap)
+            _drain(open_fds, chunks, sizes, caps)
             break
     if pidfd is not None:
         os.close(pidfd)
@@ -845,7 +927,7 @@ def _collect(pid, fds, deadline, cap, watch):
     return [b"".join(chunks[fd]) for fd in fds], timed_out, over
 
 
-def _drain(fds, chunks, sizes, cap):
+def _drain(fds, chunks, sizes, caps):
     for fd in list(fds):
         os.set_blocking(fd, False)
         while True:
@@ -856,7 +938,7 @@ def _drain(fds, chunks, sizes, cap):
             if not data:
                 break
             sizes[fd] += len(data)
-            if sizes[fd] <= cap:
+            if sizes[fd] <= caps[fd]:
                 chunks[fd].append(data)
             else:
                 break

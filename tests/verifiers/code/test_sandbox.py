@@ -124,6 +124,40 @@ def test_session_steps_are_fresh_but_compile_outputs_persist(code_verifier):
             session.run({}, Limits())
 
 
+def test_later_python_tests_run_the_program_the_first_one_compiled(code_verifier):
+    # The first test of a completion sends its compiled program to the supervisor before any
+    # of it runs; later tests with the same source run that, uncompiled, in fresh processes.
+    program = ("import os, sys\n"
+               "try:\n    os.write(4, b'x')\nexcept OSError as e:\n    print('fd4', e.errno)\n"
+               "print(__file__, sys._getframe().f_code.co_filename == __file__)\n"
+               "if input() == 'boom':\n    raise KeyError('boom')\n")
+    with code_verifier.sandbox.session() as session:
+        steps = [session.run({"main.py": program}, Limits(), python_main="main.py", stdin=s)
+                 for s in ("a", "b", "boom")]
+        assert [s.precompiled for s in steps] == [False, True, True]
+        first = steps[0].stdout
+        assert first.startswith("fd4 9\n") and first.endswith(" True\n")  # EBADF: closed
+        assert steps[1].stdout == first and steps[2].stdout == first
+        assert steps[2].exit_code == 1 and "KeyError: 'boom'" in steps[2].stderr
+        assert first.split()[2] in steps[2].stderr  # the traceback names the file run
+        other = session.run({"main.py": "print(2)"}, Limits(), python_main="main.py")
+        again = session.run({"main.py": "print(2)"}, Limits(), python_main="main.py")
+        assert (other.precompiled, again.precompiled) == (False, True)
+        assert other.stdout == again.stdout == "2\n"
+        bad = [session.run({"main.py": "print(("}, Limits(), python_main="main.py")
+               for _ in range(2)]
+        assert [b.precompiled for b in bad] == [False, False]
+        assert all(b.exit_code != 0 and "SyntaxError" in b.stderr for b in bad)
+        calls = [session.call({"solution.py": "def f(x):\n    return x * 2\n"}, Limits(),
+                              solution="solution.py", calls=[{"expr": "f(21)"}])
+                 for _ in range(2)]
+        assert [c.precompiled for c in calls] == [False, True]
+        assert calls[0].report == calls[1].report == '{"index": 0, "value": "42"}\n'
+    with code_verifier.sandbox.session() as session:  # a new completion compiles anew
+        step = session.run({"main.py": "print(2)"}, Limits(), python_main="main.py")
+        assert not step.precompiled and step.stdout == "2\n"
+
+
 def test_step_result_flags(code_verifier):
     with code_verifier.sandbox.session() as session:
         slow = session.run({}, Limits(wall_s=0.5), argv=["/bin/sh", "-c", "sleep 5"])

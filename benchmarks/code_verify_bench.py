@@ -225,6 +225,13 @@ def supervisor_source_at(rev: str) -> str:
     return parts[0] + "\n" + parts[1]
 
 
+def resolve_rev(rev: str) -> str:
+    """The short commit hash `rev` names in this repository (it is kept as given if git fails)."""
+    done = subprocess.run(["git", "rev-parse", "--short=10", f"{rev}^{{commit}}"],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else rev
+
+
 def use_supervisor(verifier: CodeVerifier, source: str) -> None:
     """Make `verifier`'s sandboxes run `source` as their supervisor (the host side is today's)."""
     plan = verifier.sandbox._launch_plan
@@ -343,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         verifiers["veristep-shared-pid"] = CodeVerifier(stop_on_first_failure=False,
                                                         pid_namespace_per_test=False, **common)
     if args.peer_rev:
+        # A commit, not a name like HEAD~1 that means another one tomorrow, in the row and JSON.
+        args.peer_rev = resolve_rev(args.peer_rev)
         peer = CodeVerifier(stop_on_first_failure=False, **common)
         use_supervisor(peer, supervisor_source_at(args.peer_rev))
         verifiers[f"veristep@{args.peer_rev}"] = peer

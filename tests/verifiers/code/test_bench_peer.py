@@ -55,3 +55,13 @@ def test_peer_rev_rows_run_that_revisions_supervisor(make_code_verifier):
         assert not any(b"# the peer's own line" in _cmdline(pid) for pid in our_pids)
     assert [v.extra["passed"] for v in verdicts] == [1, 1]
     assert [[t["status"] for t in v.extra["tests"]] for v in verdicts] == [["correct", "wrong"]] * 2
+
+
+def test_peer_rev_is_recorded_as_the_commit_it_names():
+    bench = _bench()
+    head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert bench.resolve_rev("HEAD") == head.stdout.strip()
+    assert bench.resolve_rev("no-such-revision") == "no-such-revision"

@@ -333,7 +333,10 @@ class Supervisor:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        source = _python_source(req, workdir)
+        # Only as PID 1: then no process of the completion but the test's own is alive while it
+        # compiles (without a PID namespace a leftover that left the process group could
+        # write on the pipe through /proc/PID/fd).
+        source = _python_source(req, workdir) if self.is_pid1 else None
         code = code_r = code_w = None
         if source is not None:
             if self.compiled is not None and self.compiled[:2] == source:

@@ -50,6 +50,9 @@ def test_rlimits_only_runs_with_opt_in_and_reports_it():
     with verifier.sandbox.session() as session:
         step = session.run({"main.py": WHOAMI}, Limits(), python_main="main.py")
         hostdir = session._process._hostdir
+        # No PID namespace, so no compiled program is taken from a test process (see supervisor)
+        again = session.run({"main.py": WHOAMI}, Limits(), python_main="main.py")
+        assert not again.precompiled and again.stdout == step.stdout
     uid, cwd, env = step.stdout.split(" ", 2)
     assert int(uid) != 0  # root callers drop to uid 65534
     assert cwd.startswith(hostdir) and "SECRET" not in env and "PYTHONPATH" not in env

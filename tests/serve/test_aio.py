@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import threading
 import time
 
@@ -193,3 +195,27 @@ def test_length_mismatch_and_bad_settings():
     with pytest.raises(ValueError):
         configure_async(v, lanes=0)
     assert asyncio.run(averify_batch(v, [], [])) == []
+
+
+class _Priority:
+    """Records the nice value of the thread that runs each batch."""
+
+    def __init__(self) -> None:
+        self.nice: list[int] = []
+
+    def verify_batch(self, completions, references):
+        self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return [VerifyResult(1.0, True, Status.CORRECT, "") for _ in completions]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_lanes_run_at_their_nice_value_and_the_caller_keeps_its_own():
+    v = _Priority()
+    configure_async(v, nice=7)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    asyncio.run(averify_batch(v, ["a", "b"], ["a", "b"]))
+    assert v.nice and set(v.nice) == {min(19, mine + 7)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    for bad in (-1, 20, 1.5, True):
+        with pytest.raises(ValueError, match="nice must be an integer from 0 to 19"):
+            configure_async(_Priority(), nice=bad)

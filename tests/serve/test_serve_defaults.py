@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 from veristep.verifiers import get_verifier
 from veristep.verifiers.core.text import mark_truncated
@@ -61,3 +64,49 @@ def test_extraction_in_the_workers_gives_the_in_process_verdicts():
 def test_inline_chars_must_be_a_count(bad):
     with pytest.raises(ValueError, match="inline_chars must be an integer >= 0"):
         get_verifier("math", inline_chars=bad)
+
+
+def test_nice_option_parsing():
+    from veristep.common.jsonl_io import UsageError
+
+    from veristep.serve.cli import parse_nice
+
+    kinds = ["math", "code", "tools"]
+    assert parse_nice([], kinds) == {}
+    assert parse_nice(["3"], kinds) == {"math": 3, "code": 3, "tools": 3}
+    assert parse_nice(["3", "tools=0"], kinds) == {"math": 3, "code": 3, "tools": 0}
+    for bad, reason in (("format=2", "not one of the served kinds"), ("20", "0 to 19"),
+                        ("math=-1", "0 to 19"), ("x", "0 to 19")):
+        with pytest.raises(UsageError, match=reason):
+            parse_nice([bad], kinds)
+    # off unless asked; where the work runs is not part of the configuration hash
+    config = ServeConfig(kinds=["math", "tools"])
+    assert config.nice_of("math") == 0 and config.nice_of("tools") == 0
+    niced = ServeConfig(kinds=["math", "tools"], nice={"math": 10})
+    assert niced.nice_of("math") == 10 and niced.config_hash() == config.config_hash()
+    assert ServeConfig(kinds=["math"], nice={"math": 10}, ray_address="local").nice_of("math") == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_a_niced_kinds_pool_workers_run_below_the_server_and_other_kinds_do_not():
+    import asyncio
+
+    def nice_of(pid: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+
+    mine = nice_of(0)
+    service = Service(ServeConfig(kinds=["tools", "format"], nice={"tools": 6},
+                                  configs={"tools": {"workers": 1}, "format": {"workers": 1}}))
+    try:
+        service.warm_up()
+        tools_pool = service.verifiers["tools"]._runner._pool
+        format_pool = service.verifiers["format"]._runner._pool
+        assert [nice_of(p) for p in tools_pool.worker_pids()] == [min(19, mine + 6)]
+        assert [nice_of(p) for p in format_pool.worker_pids()] == [mine]
+        (result,) = asyncio.run(service.verify("tools", [(
+            '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+            service.verifiers["tools"].reference_from_record({"expected": [{"name": "f", "arguments": {}}]}))]))
+        assert result.judged and result.correct
+        assert nice_of(0) == mine  # the server's own thread (the event loop's) keeps its priority
+    finally:
+        service.close()

@@ -17,6 +17,12 @@ Guarantees:
 * An item whose caller stopped waiting (its task cancelled, e.g. by a deadline) before a lane
   took it is dropped, not run.
 * A forked child builds its own bridge (threads do not survive fork), like the pools do.
+
+`nice` (Linux): each lane lowers its own thread's CPU priority by that much before its first
+batch. Threads and processes inherit a thread's nice value where they are made, so a pool that
+a lane starts (its dispatcher thread, its forked workers, a sandbox's threads and programs)
+runs at the lane's priority too, while the event loop and other verifiers' lanes keep theirs.
+`veristep serve` uses it to keep cheap kinds from queueing for CPU behind expensive ones.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import sys
 import threading
 import time
 import weakref
@@ -59,6 +66,8 @@ _IDLE_EXIT_S = 30.0
 #: over a few. An idle bridge never waits, so a lone caller pays nothing.
 DEFAULT_LINGER_S = 0.005
 _LINGER_BELOW = 64
+#: Linux keeps a nice value per thread; elsewhere `os.nice` would lower the whole process.
+PER_THREAD_NICE = sys.platform.startswith("linux")
 
 
 @dataclass
@@ -73,7 +82,7 @@ class AsyncBridge:
     """Queue of items for one verifier, drained by a fixed number of lane threads."""
 
     def __init__(self, verifier: Any, lanes: int = DEFAULT_LANES, max_batch: int = DEFAULT_MAX_BATCH,
-                 linger_s: float = DEFAULT_LINGER_S) -> None:
+                 linger_s: float = DEFAULT_LINGER_S, nice: int = 0) -> None:
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, got {lanes!r}")
         if not isinstance(max_batch, int) or max_batch < 1:
@@ -82,6 +91,8 @@ class AsyncBridge:
         self._verifier = weakref.ref(verifier) if _weakrefable(verifier) else (lambda: verifier)
         if not linger_s >= 0:
             raise ValueError(f"linger_s must be >= 0, got {linger_s!r}")
+        check_nice(nice)
+        self.nice = nice
         self.lanes = lanes
         self.max_batch = max_batch
         self.linger_s = linger_s
@@ -181,6 +192,7 @@ class AsyncBridge:
                 jobs.append(job)
 
     def _lane(self) -> None:
+        lower_thread_priority(self.nice)
         while True:
             jobs = self._take()
             if jobs is None:
@@ -223,6 +235,22 @@ def run_batch(verifier: Any, completions: Sequence[Any], references: Sequence[An
         except Exception as exc:  # noqa: BLE001 - that item's own error
             out.append(exc)
     return out
+
+
+def check_nice(nice: int) -> None:
+    """ValueError unless `nice` is a whole number from 0 to 19 (a thread can only lower its own)."""
+    if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+        raise ValueError(f"nice must be an integer from 0 to 19, got {nice!r}")
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by `nice` (Linux only; elsewhere nothing happens).
+
+    Threads and processes started from this thread afterwards inherit the new value.
+    """
+    if nice and PER_THREAD_NICE:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
 
 
 def _deliver(jobs: Sequence[_Job], outcomes: Sequence[Any]) -> None:
@@ -268,21 +296,27 @@ def bridge_for(verifier: Any) -> AsyncBridge:
         return bridge
 
 
-def configure_async(verifier: Any, *, lanes: int = DEFAULT_LANES, max_batch: int = DEFAULT_MAX_BATCH) -> AsyncBridge:
-    """Set how many lanes and how large a batch the verifier's async calls use."""
-    fresh = AsyncBridge(verifier, lanes, max_batch)  # checks the settings
+def configure_async(verifier: Any, *, lanes: int = DEFAULT_LANES, max_batch: int = DEFAULT_MAX_BATCH,
+                    nice: int = 0) -> AsyncBridge:
+    """Set the lanes, largest batch and lane CPU priority (`nice`) of the verifier's async calls.
+
+    A new `nice` applies to lanes started afterwards (a lane cannot raise its priority again).
+    """
+    fresh = AsyncBridge(verifier, lanes, max_batch, nice=nice)  # checks the settings
     with _BRIDGES_LOCK:
         bridge = _lookup(verifier)
         if bridge is not None and bridge.pid == os.getpid():
-            bridge.lanes, bridge.max_batch = lanes, max_batch
+            bridge.lanes, bridge.max_batch, bridge.nice = lanes, max_batch, nice
         else:
             bridge = fresh
             _store(verifier, bridge)
         return bridge
 
 
-def _settings(bridge: AsyncBridge | None) -> tuple[int, int]:
-    return (DEFAULT_LANES, DEFAULT_MAX_BATCH) if bridge is None else (bridge.lanes, bridge.max_batch)
+def _settings(bridge: AsyncBridge | None) -> tuple[int, int, float, int]:
+    if bridge is None:
+        return DEFAULT_LANES, DEFAULT_MAX_BATCH, DEFAULT_LINGER_S, 0
+    return bridge.lanes, bridge.max_batch, bridge.linger_s, bridge.nice
 
 
 def _lookup(verifier: Any) -> AsyncBridge | None:

@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "'null'); its status travels beside it either way")
     parser.add_argument("--lanes", type=int, default=4,
                         help="threads per kind that hand batched requests to its pool")
+    parser.add_argument("--nice", action="append", metavar="[KIND=]N",
+                        help="run a kind's work (its lanes, pool workers, sandboxed programs) N "
+                        "nice levels below the server's CPU priority, 0-19, repeatable; a bare N "
+                        "sets every kind (Linux, local pools; default 0: e.g. --nice math=10 "
+                        "--nice code=10 lets cheap kinds and the HTTP handling go first when the "
+                        "CPU is short, but other programs at default priority then go first too)")
     parser.add_argument("--completion-key", default="completion",
                         help="row key holding the completion (native endpoint)")
     parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
@@ -128,6 +134,7 @@ def build_config(args: argparse.Namespace) -> Any:
         unjudged = "bad"
     if unjudged is not None and (isinstance(unjudged, bool) or not isinstance(unjudged, (int, float))):
         raise UsageError(f"--unjudged-reward must be a number or null, got {args.unjudged_reward!r}")
+    nice = parse_nice(args.nice or [], kinds)
     token = args.token or os.environ.get("VERISTEP_SERVE_TOKEN") or None
     from .main import is_loopback
 
@@ -142,8 +149,26 @@ def build_config(args: argparse.Namespace) -> Any:
         completion_key=args.completion_key, lanes=args.lanes, processes=args.processes,
         max_connections=args.max_connections, ray_address=args.ray,
         ray_actors=args.ray_actors, ray_cpus=args.ray_cpus,
-        ray_ready_timeout_s=args.ray_ready_timeout,
+        ray_ready_timeout_s=args.ray_ready_timeout, nice=nice,
     )
+
+
+def parse_nice(values: list[str], kinds: list[str]) -> dict[str, int]:
+    """`--nice` values ("N" for every kind, "KIND=N" for one; later ones win) as {kind: N}."""
+    out: dict[str, int] = {}
+    for value in values:
+        kind, sep, number = value.rpartition("=")
+        if sep and kind not in kinds:
+            raise UsageError(f"--nice {value!r}: {kind!r} is not one of the served kinds ({', '.join(kinds)})")
+        try:
+            n = int(number)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= 19:
+            raise UsageError(f"--nice {value!r}: N must be an integer from 0 to 19")
+        for target in ([kind] if sep else kinds):
+            out[target] = n
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

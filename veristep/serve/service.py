@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import json
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,12 @@ from veristep.common.jsonl_io import Record, parse_record
 from veristep.verifiers.adapters import _BadReference
 from veristep.verifiers.async_adapters import reference_from_label
 from veristep.verifiers.cli.runner import RAISED_KEY, Item, close_verifier, make_item, output_row
-from veristep.verifiers.core.aio import bridge_for, configure_async
+from veristep.verifiers.core.aio import (
+    bridge_for,
+    check_nice,
+    configure_async,
+    lower_thread_priority,
+)
 from veristep.verifiers.core.registry import get_verifier, verifier_class
 from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
 from veristep.verifiers.core.text import mark_truncated
@@ -48,6 +54,12 @@ STATUS_CODES = {s: i for i, s in enumerate(Status)}
 #: process and hold the GIL that every request's event-loop and lane work needs, so a 1 ms tools
 #: item waited behind a math batch (docs/serve.md, load benchmark).
 SERVE_DEFAULTS: dict[str, dict[str, Any]] = {"math": {"inline_chars": 0}}
+#: Nice increment per kind unless `--nice` says otherwise (Linux, local pools): a kind's lanes,
+#: and what they start (pool workers, sandboxed programs), run that much below the server's CPU
+#: priority. Off by default: on an otherwise idle 2-core machine math and code at 10 halved the
+#: tools median (0.068 -> 0.03 s) but not its p99/p50, and beside two other CPU-bound jobs they
+#: cost 30-40 % of the served throughput (docs/serve.md, load benchmark).
+DEFAULT_NICE: dict[str, int] = {}
 
 
 def verifier_options(kind: str, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -95,6 +107,15 @@ class ServeConfig:
     ray_actors: int | None = None  # None: one per alive node
     ray_cpus: float = 1.0  # CPUs each actor reserves in Ray's accounting (placement)
     ray_ready_timeout_s: float = 600.0  # for every actor to build its verifiers and warm up
+    #: Nice increment per kind (DEFAULT_NICE for a kind not in it). Where the work runs, never a
+    #: verdict: not in `config_hash`.
+    nice: dict[str, int] = field(default_factory=dict)
+
+    def nice_of(self, kind: str) -> int:
+        """The nice increment the work of `kind` runs at (0 with Ray: its actors' own priority)."""
+        if self.ray_address is not None:
+            return 0
+        return self.nice.get(kind, DEFAULT_NICE.get(kind, 0))
 
     def config_hash(self) -> str:
         """A short hash of what decides the rewards: version, kinds, their configs, unjudged value.
@@ -133,8 +154,9 @@ class Service:
                 self.ray = RayPool(config)
                 self.verifiers = {kind: RayKindVerifier(self.ray, kind, local)
                                   for kind, local in self.verifiers.items()}
-            for verifier in self.verifiers.values():
-                configure_async(verifier, lanes=config.lanes)
+            for kind, verifier in self.verifiers.items():
+                check_nice(config.nice_of(kind))
+                configure_async(verifier, lanes=config.lanes, nice=config.nice_of(kind))
         except BaseException:
             self.close()
             raise
@@ -274,8 +296,13 @@ class Service:
         """Start every kind's pool (or wait for the Ray actors, which start theirs) before /ready."""
         if self.ray is not None:
             self.ray.wait_ready(self.config.ray_ready_timeout_s)
-        else:
-            warm_up(self.verifiers)
+            return
+        for kind, verifier in self.verifiers.items():
+            # a thread of the kind's priority starts its pool, whose threads and processes inherit it
+            thread = threading.Thread(target=_warm_up_at, args=(kind, verifier, self.config.nice_of(kind)),
+                                      name=f"veristep-warm-up-{kind}", daemon=True)
+            thread.start()
+            thread.join()
 
     def close(self) -> None:
         """Close every verifier (worker pools, sandboxes) and the Ray actors."""
@@ -302,6 +329,11 @@ def warm_up(verifiers: Mapping[str, Verifier]) -> None:
                 verifier.verify_batch([sample[0]], [verifier.reference_from_record(sample[1])])
             except Exception:  # noqa: BLE001 - a real request will meet and report the problem
                 pass
+
+
+def _warm_up_at(kind: str, verifier: Verifier, nice: int) -> None:
+    lower_thread_priority(nice)
+    warm_up({kind: verifier})
 
 
 #: One item per kind that reaches the kind's pool (the math one needs sympy, so its workers and

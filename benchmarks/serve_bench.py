@@ -145,17 +145,33 @@ def start_server(workers: int, max_queue: int, extra: list[str]) -> tuple[subpro
     raise SystemExit("server never became ready")
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def _parents() -> dict[int, int]:
+    """Parent pid of every process, in one pass over /proc."""
+    out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            out[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[1]) == pid:
-            out.append(int(entry))
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    return [p for p, parent in _parents().items() if parent == pid]
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (one pass over /proc, however deep the tree)."""
+    kids: dict[int, list[int]] = {}
+    for p, parent in _parents().items():
+        kids.setdefault(parent, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
     return out
 
 
@@ -163,37 +179,51 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process, its live descendants and the children it reaped.
+    """CPU seconds (user + system) of a process, its live descendants and the children they reaped.
 
     CPU time, unlike wall time, hardly depends on what else the machine runs, so the served and
     in-process CPU per item compare the two at equal work even on a busy machine.
     """
-    total, todo = 0, [(pid, True)]
-    while todo:
-        p, root = todo.pop()
+    total = 0
+    for p in _tree(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-        if root:
-            total += int(fields[13]) + int(fields[14])  # cutime, cstime: reaped children
-        todo.extend((c, True) for c in _children(p))
+        # utime, stime, and cutime, cstime: children it reaped (a sandbox's finished programs)
+        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
     return total / _TICK
 
 
 def _tree_rss_mb(pid: int) -> float:
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
+    total = 0
+    for p in _tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
         except OSError:
             continue
-        todo.extend(_children(p))
     return total / 1024
+
+
+def sample_rss(pid: int, interval_s: float = 0.5) -> None:
+    """Print [(seconds, MB)] of `pid`'s tree, sampled every `interval_s` until stdin closes.
+
+    Run as its own process (`--sample-rss PID`): walking /proc holds the GIL for tens of ms on a
+    busy machine, which in a thread of the load generator stalled its event loop twice a second
+    and added that to whatever requests were in flight.
+    """
+    import select
+
+    samples: list[tuple[float, float]] = []
+    t0 = time.perf_counter()
+    while True:
+        samples.append((round(time.perf_counter() - t0, 2), round(_tree_rss_mb(pid), 1)))
+        ready, _, _ = select.select([sys.stdin], [], [], interval_s)
+        if ready and not sys.stdin.read(1):
+            break
+    print(json.dumps(samples), flush=True)
 
 
 def _kill_a_pool_worker(server_pid: int) -> int | None:
@@ -381,17 +411,9 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
 
     extra = (["--lanes", str(args.lanes)] if args.lanes else []) + (server_args or [])
     proc, url = start_server(args.workers, max_queue, extra)
-    samples: list[tuple[float, float]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        t0 = time.perf_counter()
-        while not stop.is_set():
-            samples.append((round(time.perf_counter() - t0, 2), round(_tree_rss_mb(proc.pid), 1)))
-            stop.wait(0.5)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    # memory is sampled by another process, so /proc walks never stall this one's event loop
+    sampler = subprocess.Popen([sys.executable, __file__, "--sample-rss", str(proc.pid)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         cpu0 = _tree_cpu_s(proc.pid)
         result = asyncio.run(load(url, rows, args.clients, args.rows_per_request,
@@ -404,8 +426,9 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
         restarts = re.findall(r'veristep_worker_restarts\{kind="(\w+)"\} ([\d.]+)', metrics)
         result["worker_restarts"] = {k: float(v) for k, v in restarts}
     finally:
-        stop.set()
-        sampler.join()
+        sampler.stdin.close()
+        samples = json.loads(sampler.stdout.read() or b"[]")
+        sampler.wait()
         proc.send_signal(signal.SIGTERM)
         try:
             result_code = proc.wait(60)
@@ -447,8 +470,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-process and served passes, alternated; ratios per pass, then median and range")
     parser.add_argument("--no-ray", action="store_true",
                         help="skip the served pair with and without --ray local (needs ray)")
+    parser.add_argument("--sample-rss", type=int, metavar="PID", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "serve_bench.json"))
     args = parser.parse_args(argv)
+    if args.sample_rss is not None:
+        sample_rss(args.sample_rss)
+        return 0
     shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
     rows = mixed_rows(args.items, shares)
     in_flight = args.clients * args.rows_per_request

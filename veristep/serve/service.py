@@ -57,8 +57,8 @@ SERVE_DEFAULTS: dict[str, dict[str, Any]] = {"math": {"inline_chars": 0}}
 #: Nice increment per kind unless `--nice` says otherwise (Linux, local pools): a kind's lanes,
 #: and what they start (pool workers, sandboxed programs), run that much below the server's CPU
 #: priority. Off by default: on an otherwise idle 2-core machine math and code at 10 halved the
-#: tools median (0.068 -> 0.03 s) but not its p99/p50, and beside two other CPU-bound jobs they
-#: cost 30-40 % of the served throughput (docs/serve.md, load benchmark).
+#: tools median (0.068 -> 0.03 s) and cut its p99 by a quarter, not its p99/p50, and beside two
+#: other CPU-bound jobs cost 30-40 % of the served throughput (docs/serve.md, load benchmark).
 DEFAULT_NICE: dict[str, int] = {}
 
 

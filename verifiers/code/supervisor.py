@@ -333,12 +333,12 @@ class Supervisor:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        source = _python_source(req, workdir)
+        code = code_r = code_w = None
         # Only as PID 1: then no process of the completion but the test's own is alive while it
         # compiles (without a PID namespace a leftover that left the process group could
         # write on the pipe through /proc/PID/fd).
-        source = _python_source(req, workdir) if self.is_pid1 else None
-        code = code_r = code_w = None
-        if source is not None:
+        if source is not None and self.is_pid1:
             if self.compiled is not None and self.compiled[:2] == source:
                 code = self.compiled[2]
             else:
@@ -349,7 +349,7 @@ class Supervisor:
         pid = os.fork()
         if pid == 0:
             _child(req, workdir, limits, (stdin_fd, out_w, err_w, rep_w, code_w), self.env,
-                   self.program_filter, self.test_pid_ns, code)  # never returns
+                   self.program_filter, self.test_pid_ns, source, code)  # never returns
         for fd in (stdin_fd, out_w, err_w, rep_w, code_w):
             if fd is not None:
                 os.close(fd)
@@ -544,12 +544,14 @@ def _python_source(req, workdir):
     return os.path.join(workdir, name), text.encode("utf-8", "surrogatepass")
 
 
-def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False, code=None):
+def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False, source=None,
+           code=None):
     """A step's process: limits, the program filter, then the program (never returns).
 
     A Python step runs `code` when the supervisor has it (compiled by an earlier test of this
-    completion); else it compiles the source and, when the supervisor asked (a pipe at fds[4]),
-    sends the result back on fd 4 before any of it runs.
+    completion); else it compiles `source` (`_python_source`, or None: the file in the folder)
+    and, when the supervisor asked (a pipe at fds[4]), sends the result back on fd 4 before any
+    of it runs.
     """
     stdin_fd, out_w, err_w, rep_w, code_w = fds
     try:
@@ -576,11 +578,10 @@ def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False, co
             _install_filter(program_filter)
         _set_dumpable(True)
         if req.get("python_main"):
-            _run_python(workdir, req["python_main"], None, req.get("files", {}), code,
-                        code_w is not None)
+            _run_python(workdir, req["python_main"], None, source, code, code_w is not None)
         if req.get("python_calls"):
-            _run_python(workdir, req["python_calls"]["solution"], req["python_calls"],
-                        req.get("files", {}), code, code_w is not None)
+            _run_python(workdir, req["python_calls"]["solution"], req["python_calls"], source,
+                        code, code_w is not None)
         os.close(3)
         argv = req["argv"]
         os.execve(_which(argv[0], env), argv, env)
@@ -702,14 +703,14 @@ def _report(message):
         view = view[os.write(3, view):]
 
 
-def _run_python(workdir, filename, calls, files, code=None, send_code=False):
+def _run_python(workdir, filename, calls, source=None, code=None, send_code=False):
     """Run `filename` as __main__ (calls=None), or as module `solution` and then evaluate the
     calls, reporting each return value as plain data; then exit like python would.
 
-    `code` is the program compiled by an earlier test; without it the source is compiled from
-    the step's `files` when it is one of them (the bytes just written to `filename`, which
-    nothing else can have changed), else read from the folder, and with `send_code` the result
-    goes to the supervisor before any of it runs.
+    `code` is the program compiled by an earlier test; without it `source` is compiled, the
+    (path, bytes) the supervisor just wrote to `filename`, which nothing else can have changed
+    (None: the file is read from the folder), and with `send_code` the result goes to the
+    supervisor before any of it runs.
     """
     path = os.path.join(workdir, filename)
     # What a fresh interpreter sets up at start: EPIPE/EFBIG as exceptions, Ctrl-C as one.
@@ -729,13 +730,10 @@ def _run_python(workdir, filename, calls, files, code=None, send_code=False):
         errors="backslashreplace", line_buffering=True)
     try:
         if code is None:
-            text = files.get(filename)
-            if text is None:
+            if source is None:
                 with open(path, "rb") as fh:
-                    source = fh.read()
-            else:
-                source = text.encode("utf-8", "surrogatepass")
-            code = compile(source, path, "exec", dont_inherit=True)
+                    source = (path, fh.read())
+            code = compile(source[1], path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
         message = "".join(traceback.format_exception_only(type(exc), exc))
         _report({"compile_error": message})

@@ -33,12 +33,7 @@ from veristep.common.jsonl_io import Record, parse_record
 from veristep.verifiers.adapters import _BadReference
 from veristep.verifiers.async_adapters import reference_from_label
 from veristep.verifiers.cli.runner import RAISED_KEY, Item, close_verifier, make_item, output_row
-from veristep.verifiers.core.aio import (
-    bridge_for,
-    check_nice,
-    configure_async,
-    lower_thread_priority,
-)
+from veristep.verifiers.core.aio import bridge_for, configure_async, lower_thread_priority
 from veristep.verifiers.core.registry import get_verifier, verifier_class
 from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
 from veristep.verifiers.core.text import mark_truncated
@@ -54,12 +49,6 @@ STATUS_CODES = {s: i for i, s in enumerate(Status)}
 #: process and hold the GIL that every request's event-loop and lane work needs, so a 1 ms tools
 #: item waited behind a math batch (docs/serve.md, load benchmark).
 SERVE_DEFAULTS: dict[str, dict[str, Any]] = {"math": {"inline_chars": 0}}
-#: Nice increment per kind unless `--nice` says otherwise (Linux, local pools): a kind's lanes,
-#: and what they start (pool workers, sandboxed programs), run that much below the server's CPU
-#: priority. Off by default: on an otherwise idle 2-core machine math and code at 10 halved the
-#: tools median (0.068 -> 0.03 s) and cut its p99 by a quarter, not its p99/p50, and beside two
-#: other CPU-bound jobs cost 30-40 % of the served throughput (docs/serve.md, load benchmark).
-DEFAULT_NICE: dict[str, int] = {}
 
 
 def verifier_options(kind: str, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -107,15 +96,19 @@ class ServeConfig:
     ray_actors: int | None = None  # None: one per alive node
     ray_cpus: float = 1.0  # CPUs each actor reserves in Ray's accounting (placement)
     ray_ready_timeout_s: float = 600.0  # for every actor to build its verifiers and warm up
-    #: Nice increment per kind (DEFAULT_NICE for a kind not in it). Where the work runs, never a
-    #: verdict: not in `config_hash`.
+    #: Nice increment per kind (`--nice`; 0 for a kind not in it; Linux, local pools): a kind's
+    #: lanes, and what they start (pool workers, sandboxed programs), run that much below the
+    #: server's CPU priority. Off by default: on an otherwise idle 2-core machine math and code
+    #: at 10 halved the tools median (0.068 -> 0.03 s) and cut its p99 by a quarter, not its
+    #: p99/p50, and beside two other CPU-bound jobs cost 30-40 % of the served throughput
+    #: (docs/serve.md, load benchmark). Where the work runs, never a verdict: not in `config_hash`.
     nice: dict[str, int] = field(default_factory=dict)
 
     def nice_of(self, kind: str) -> int:
         """The nice increment the work of `kind` runs at (0 with Ray: its actors' own priority)."""
         if self.ray_address is not None:
             return 0
-        return self.nice.get(kind, DEFAULT_NICE.get(kind, 0))
+        return self.nice.get(kind, 0)
 
     def config_hash(self) -> str:
         """A short hash of what decides the rewards: version, kinds, their configs, unjudged value.
@@ -155,8 +148,7 @@ class Service:
                 self.verifiers = {kind: RayKindVerifier(self.ray, kind, local)
                                   for kind, local in self.verifiers.items()}
             for kind, verifier in self.verifiers.items():
-                check_nice(config.nice_of(kind))
-                configure_async(verifier, lanes=config.lanes, nice=config.nice_of(kind))
+                configure_async(verifier, lanes=config.lanes, nice=config.nice_of(kind))  # checks it
         except BaseException:
             self.close()
             raise

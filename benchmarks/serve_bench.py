@@ -538,14 +538,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, key in (("in process, kinds in threads", "in_process_parallel"),
                       ("in process, kinds in turn", "in_process_sequential")):
         print(f"| {name} | {report[key]['items_per_s']} | | | | | | | |")
-    for name, r in (("served (median pass)", s), ("served, a worker killed", k), ("served, 2x capacity", o)):
+    served_rows = [("served (median pass)", s), ("served, a worker killed", k), ("served, 2x capacity", o)]
+    pair = report.get("ray_local_pair")
+    if pair is not None:
+        served_rows += [("served, --ray local", pair["served_ray_local"]), ("served, its plain pair", pair["served"])]
+    for name, r in served_rows:
         print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
               f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
-    if "ray_local_pair" in report:
-        pair = report["ray_local_pair"]
-        for name, r in (("served, --ray local", pair["served_ray_local"]), ("served, its plain pair", pair["served"])):
-            print(f"| {name} | {r['items_per_s']} | {r['latency_p50_s']} | {r['latency_p99_s']} | {r['p99_over_p50']} "
-                  f"| {r['lost']} | {r['duplicated']} | {r['http_codes']} | {r['memory_mb']['peak']} |")
+    if pair is not None:
         print(f"--ray local / plain served, back to back: {pair['ray_over_plain']}")
     for name, r in (("served", s), ("worker killed", k), ("2x capacity", o)):
         print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "

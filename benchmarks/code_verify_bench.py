@@ -10,8 +10,9 @@ tests run four ways, each with the same number of parallel workers:
                   process per test) at the best isolation level available, every test run;
   (d) veristep-default: the same with the default fail-fast (a program stops at its first
                   failing test, so fewer tests run and pass);
-  (e) veristep-shared-pid (with --compare-pid-namespace): (c) with one PID namespace per
-                  completion instead of one per test, to measure what the per-test one costs;
+  (e) veristep-pid-per-test (with --compare-pid-namespace): (c) with PID and user namespaces
+                  of each test's own (`pid_namespace_per_test=True`; the default shares the
+                  completion's), to measure what they cost;
   (f) veristep@REV (with --peer-rev REV): (c) with the in-sandbox code (supervisor.py and
                   plain_data.py) of git revision REV, to measure a change to it in the same run.
 
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--compare-pid-namespace", action="store_true",
-                        help="add a row with one PID namespace per completion, not per test")
+                        help="add a row with a PID namespace per test (the default: one per completion)")
     parser.add_argument("--peer-rev", metavar="REV",
                         help="add a row running every test with the in-sandbox code of this git "
                              "revision (measures a change to it in the same run)")
@@ -347,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     verifiers = {"veristep": CodeVerifier(stop_on_first_failure=False, **common),
                  "veristep-default": CodeVerifier(**common)}
     if args.compare_pid_namespace:  # the cost of a PID namespace per test, in the same run
-        verifiers["veristep-shared-pid"] = CodeVerifier(stop_on_first_failure=False,
-                                                        pid_namespace_per_test=False, **common)
+        verifiers["veristep-pid-per-test"] = CodeVerifier(stop_on_first_failure=False,
+                                                          pid_namespace_per_test=True, **common)
     if args.peer_rev:
         # A commit, not a name like HEAD~1 that means another one tomorrow, in the row and JSON.
         args.peer_rev = resolve_rev(args.peer_rev)

@@ -237,7 +237,7 @@ def test_socket_buffers_and_tmpfs_inodes_stay_bounded(code_verifier):
 
 # ---- (e) a PID namespace per test, on request ---------------------------------------------------
 def test_a_pid_namespace_per_test_on_request(make_code_verifier):
-    # Off by default (it costs about 20 ms per test: benchmarks/code_verify_bench.py
+    # Off by default (it about doubles the time of a short test: benchmarks/code_verify_bench.py
     # --compare-pid-namespace). With it each test's program is PID 2 of a namespace of its own,
     # whatever earlier tests did, and sees no process of another test.
     code = """

@@ -66,6 +66,31 @@ def test_native_rows_are_what_veristep_verify_writes(server, tmp_path: Path):
     assert bad["status"] == "input_error" and bad["line"] == 5  # numbered as the CLI numbers lines
 
 
+def test_native_json_rows_spliced_or_encoded_as_the_cli_does(server, tmp_path: Path):
+    """A reply row is its request text with `veristep` spliced in, or (NaN, an old `veristep`
+    key) re-encoded as the CLI does; either way the rows equal `veristep verify`'s."""
+    lines = [
+        '{ "id" : 1 ,\t"completion": "\\\\boxed{4}", "answer": "4" }',  # odd spacing, kept as sent
+        '{"id": 2, "completion": "\\\\boxed{2}", "answer": "2", "veristep": {"old": true}}',
+        '{"id": 3, "completion": "\\\\boxed{3}", "answer": "3", "score": NaN}',  # null in the reply
+        '{"id": 4, "completion": "\\ud800", "answer": "1"}',  # a lone surrogate: input_error
+        '{"id": 5, "id": 6, "completion": "\\\\boxed{5}", "answer": "5", "note": "é\\u00e9"}',
+        "{}",
+    ]
+    expected = _cli_rows(tmp_path, "math", lines, "--workers", "1")
+    body = '{"rows" :[' + " ,\n".join(lines) + ', 7, [1]], "extra": {"rows": 1}}'
+    r = httpx.post(server.url + "/v1/verify", content=body.encode(), timeout=120)
+    assert r.status_code == 200, r.text
+    _stamped(r)
+    reply = r.json()
+    assert set(reply) == {"kind", "rows", "version", "config_hash"}
+    assert reply["rows"][:6] == expected
+    assert reply["rows"][0]["veristep"]["status"] == "correct" and reply["rows"][2]["score"] is None
+    assert reply["rows"][1]["veristep"]["status"] == "correct" and "old" not in reply["rows"][1]["veristep"]
+    assert [row["veristep"]["status"] for row in reply["rows"][6:]] == ["input_error", "input_error"]
+    assert '{ "id" : 1 ,\t"completion"' in r.text  # the first row's own text
+
+
 def test_code_and_tools_kinds(server, test_data_dir: Path):
     for kind, name in (("code", "code_sample.jsonl"), ("tools", "tools_sample.jsonl")):
         rows = [json.loads(line) for line in (test_data_dir / name).open()]

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .jsontext import loads_with_row_text
 from .metrics import CONTENT_TYPE, Metrics
 from .service import (
     RequestError,
@@ -123,14 +124,16 @@ def create_app(service: Service) -> Starlette:
             numbered = [(i, line) for i, line in enumerate(raw.split(b"\n"), start=1) if line.strip()]
             items = service.native_items(kind, [line for _, line in numbered], key, [i for i, _ in numbered])
             async with admitted(len(items)):
-                rows = await service.native(kind, items, deadline)
-            text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-            return Response(text, 200, stamp_headers, media_type=NDJSON)
-        body = check_types(await _json(raw), {"rows": (list,)}, "native request")
-        items = service.native_items(kind, body["rows"], key)
+                results = await service.native_results(kind, items, deadline)
+            return Response(service.native_jsonl(kind, items, results), 200, stamp_headers, media_type=NDJSON)
+        body, texts = await _json_rows(raw)
+        rows = check_types(body, {"rows": (list,)}, "native request")["rows"]
+        items = service.native_items(kind, rows, key)
         async with admitted(len(items)):
-            rows = await service.native(kind, items, deadline)
-        return reply({"kind": kind, "rows": rows})
+            results = await service.native_results(kind, items, deadline)
+        texts = texts if texts is not None else [None] * len(items)
+        return Response(service.native_json(kind, items, results, texts), 200, stamp_headers,
+                        media_type="application/json")
 
     @endpoint("get_reward")
     async def get_reward(request: Request) -> Response:
@@ -257,6 +260,21 @@ async def _json(raw: bytes) -> Any:
             raise RequestError(400, "malformed JSON: nested too deeply") from None
 
     return await asyncio.to_thread(parse) if len(raw) > _OFFLOAD_BYTES else parse()
+
+
+async def _json_rows(raw: bytes) -> tuple[Any, list[str | None] | None]:
+    """A native body as JSON and each row's own text (jsontext); a bad body gets `_json`'s 400s."""
+
+    def parse() -> tuple[dict[str, Any], list[str | None]] | None:
+        try:
+            return loads_with_row_text(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+
+    found = await asyncio.to_thread(parse) if len(raw) > _OFFLOAD_BYTES else parse()
+    if found is not None:
+        return found
+    return await _json(raw), None
 
 
 def _column(body: dict[str, Any], name: str, n: int) -> list[Any]:

@@ -6,10 +6,14 @@ One run measures, on the same machine and the same mixed math / code / tools row
    kinds in parallel threads (and one after another), with `--workers` per kind; then served,
    `veristep serve math code tools --workers W` (a real server process) driven by an asyncio
    load generator of `--clients` concurrent keep-alive connections, each posting requests of
-   `--rows-per-request` rows of one kind, the kinds interleaved: throughput, p50 / p99 request
-   latency, server memory (RSS of the server and its workers) over time, lost and duplicated
-   replies (each row carries an id; every id must come back exactly once). Each pass gives
-   its own served / in-process ratio; the median and range over passes are reported;
+   `--rows-per-request` rows of one kind (each kind has its share of the clients, by request
+   count; `--one-queue`: every client takes any kind from one queue): throughput, request
+   latency (median, 90th and 99th percentile, maximum; per kind, for every client's first
+   request sent together, the *first wave*, and for the requests after it), server memory
+   (RSS of the server and its workers) over time, lost and duplicated replies (each row
+   carries an id; every id must come back exactly once). Each pass gives its own served /
+   in-process ratio; the median and range over passes are reported, and each kind's latency
+   over the passes' requests pooled;
 2. served again with one pool worker SIGKILLed a third of the way in (nothing may be lost);
 3. overload: the same load against a server whose queue holds half of what the clients keep in
    flight (2x capacity): how many 429s, that every request is still answered after the client's
@@ -308,9 +312,32 @@ def interleaved_requests(rows: dict[str, list[dict[str, Any]]], per_request: int
     return [(kind, chunk) for _, _, kind, chunk in keyed]
 
 
+def clients_per_kind(requests: list[tuple[str, list[dict[str, Any]]]], clients: int) -> dict[str, int]:
+    """`clients` shared out over the kinds in proportion to their requests (largest remainder, at least 1)."""
+    counts: dict[str, int] = {}
+    for kind, _ in requests:
+        counts[kind] = counts.get(kind, 0) + 1
+    total = sum(counts.values())
+    shares = {kind: clients * n / total for kind, n in counts.items()}
+    out = {kind: max(1, int(share)) for kind, share in shares.items()}
+    for kind in sorted(shares, key=lambda k: shares[k] - int(shares[k]), reverse=True):
+        if sum(out.values()) >= clients:
+            break
+        out[kind] += 1
+    return out
+
+
 async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, per_request: int,
-               kill_pid: int | None = None, retry_429: bool = True) -> dict[str, Any]:
+               kill_pid: int | None = None, retry_429: bool = True, one_queue: bool = False) -> dict[str, Any]:
     """`clients` concurrent clients post every row once; latency, throughput, lost/duplicated ids.
+
+    By default each kind has its own clients (its share of `clients`, by request count), so
+    each kind is under the same concurrency from its first request to its last: a kind's
+    latency percentiles describe one steady load. With `one_queue` every client takes the next
+    request of any kind from one interleaved queue (the design before): then the slowest kind's
+    requests, code, pile up and end up holding most clients (a 16 s median at 8,192 rows), and
+    the other kinds are served by a dozen clients for most of the run, so their percentiles mix
+    a 64-client start with a far lighter rest.
 
     The generator shares the server's cores, so it does as little as it can while timed: request
     bodies are encoded and the keep-alive connections opened before the clock starts (a
@@ -318,9 +345,14 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
     """
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     requests = interleaved_requests(rows, per_request)
-    queue: asyncio.Queue = asyncio.Queue()
+    shared: asyncio.Queue = asyncio.Queue()
+    own: dict[str, asyncio.Queue] = {kind: asyncio.Queue() for kind in rows}
     for kind, batch in requests:
-        queue.put_nowait((kind, len(batch), json.dumps({"rows": batch}).encode()))
+        (shared if one_queue else own[kind]).put_nowait((kind, len(batch), json.dumps({"rows": batch}).encode()))
+    if one_queue:
+        queues = [shared] * clients
+    else:
+        queues = [own[kind] for kind, n in clients_per_kind(requests, clients).items() for _ in range(n)]
     latencies: list[float] = []
     by_kind: dict[str, list[tuple[float, float]]] = {kind: [] for kind in rows}  # (start, latency)
     replies: list[bytes] = []
@@ -328,11 +360,11 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
     codes: dict[int, int] = {}
     killed: list[int] = []
     total = sum(len(r) for _, r in requests)
-    conns = [_Connection(host, int(port)) for _ in range(clients)]
+    conns = [_Connection(host, int(port)) for _ in queues]
     for conn in conns:
         await conn.connect()
 
-    async def client(conn: _Connection) -> None:
+    async def client(conn: _Connection, queue: asyncio.Queue) -> None:
         nonlocal answered
         try:
             while True:
@@ -362,7 +394,7 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
             conn.close()
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(client(conn) for conn in conns))
+    await asyncio.gather(*(client(conn, queue) for conn, queue in zip(conns, queues, strict=True)))
     wall = time.perf_counter() - t0
     seen: dict[int, int] = {}
     statuses: dict[str, int] = {}
@@ -372,17 +404,20 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
             status = row["veristep"]["status"]
             statuses[status] = statuses.get(status, 0) + 1
     sent = {row["bench_id"] for _, batch in requests for row in batch}
-    p50, p99 = _percentiles(latencies)
+    overall = _summary(latencies)
     # the first requests of every client leave together: how a kind fares in that burst and after it
     burst = {kind: [lat for start, lat in v if start < FIRST_WAVE_S] for kind, v in by_kind.items()}
     after = {kind: [lat for start, lat in v if start >= FIRST_WAVE_S] for kind, v in by_kind.items()}
     return {
         "items": total, "requests": len(requests), "wall_s": round(wall, 3),
         "items_per_s": round(total / wall, 1),
-        "latency_p50_s": round(p50, 3), "latency_p99_s": round(p99, 3), "p99_over_p50": round(p99 / p50, 2),
+        "latency_p50_s": overall["p50_s"], "latency_p99_s": overall["p99_s"],
+        "p99_over_p50": _ratio(overall["p99_s"], overall["p50_s"]), "latency_max_s": overall["max_s"],
         "lost": len(sent - set(seen)), "duplicated": sum(1 for n in seen.values() if n > 1),
         "http_codes": {str(k): v for k, v in sorted(codes.items())}, "statuses": statuses,
         "worker_killed": killed[0] if killed else None,
+        # every request's latency, so percentiles can be taken over several passes together
+        "latencies_by_kind": {kind: [[round(start, 4), round(lat, 4)] for start, lat in v] for kind, v in by_kind.items()},
         "latency_by_kind": {kind: _summary([lat for _, lat in v]) for kind, v in by_kind.items() if v},
         "latency_by_kind_first_wave": {kind: _summary(v) for kind, v in burst.items() if v},
         "latency_by_kind_after_first_wave": {kind: _summary(v) for kind, v in after.items() if v},
@@ -391,17 +426,27 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
 
 #: Requests sent within this many seconds of the start are the first wave (every client's first).
 FIRST_WAVE_S = 0.05
+#: Fewest samples for which a 99th percentile is reported: below it the "p99" of a nearest-rank
+#: rule is the largest or second-largest sample, so only the maximum is given (as `max_s`).
+MIN_N_FOR_P99 = 100
 
 
 def _summary(values: list[float]) -> dict[str, Any]:
-    p50, p99 = _percentiles(values)
-    return {"n": len(values), "p50_s": round(p50, 3), "p99_s": round(p99, 3)}
-
-
-def _percentiles(values: list[float]) -> tuple[float, float]:
-    """Median and 99th percentile (nearest rank)."""
+    """n, median, 90th and 99th percentile (None below MIN_N_FOR_P99 samples) and maximum, in s."""
     ordered = sorted(values)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    n = len(ordered)
+    return {"n": n, "p50_s": round(statistics.median(ordered), 4), "p90_s": round(_rank(ordered, 0.90), 4),
+            "p99_s": round(_rank(ordered, 0.99), 4) if n >= MIN_N_FOR_P99 else None,
+            "max_s": round(ordered[-1], 4)}
+
+
+def _rank(ordered: list[float], q: float) -> float:
+    """The `q` quantile of sorted values by nearest rank (the value at index round(q * (n - 1)))."""
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 2)
 
 
 def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_queue: int, kill: bool,
@@ -417,7 +462,7 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
     try:
         cpu0 = _tree_cpu_s(proc.pid)
         result = asyncio.run(load(url, rows, args.clients, args.rows_per_request,
-                                  kill_pid=proc.pid if kill else None))
+                                  kill_pid=proc.pid if kill else None, one_queue=args.one_queue))
         cpu = _tree_cpu_s(proc.pid) - cpu0
         result["server_cpu_s"] = round(cpu, 2)
         result["server_cpu_ms_per_item"] = round(1000 * cpu / result["items"], 2)
@@ -445,26 +490,55 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
 def kind_ratios(passes: list[dict[str, Any]], key: str = "latency_by_kind") -> dict[str, dict[str, Any]]:
     """Each kind's request p99/p50 per served pass, with the median and range over the passes.
 
-    A kind's requests cost about the same, so its own ratio says how evenly it was served; with
-    a few dozen requests of a kind per pass its p99 is close to its slowest request, hence the
-    passes side by side. `key` picks all requests, or those of the first wave or after it.
+    A kind's requests cost about the same, so its own ratio says how evenly it was served.
+    `key` picks all requests, or those after the first wave. A pass with fewer than
+    MIN_N_FOR_P99 requests of a kind has no p99, so no ratio (None): its slowest request is
+    not a 99th percentile.
     """
     out: dict[str, dict[str, Any]] = {}
     for kind in passes[0]["served"][key]:
-        values = [round(p["served"][key][kind]["p99_s"] / p["served"][key][kind]["p50_s"], 2)
-                  for p in passes if kind in p["served"][key]]
-        out[kind] = {"median": statistics.median(values), "range": [min(values), max(values)], "passes": values}
+        stats = [p["served"][key][kind] for p in passes if kind in p["served"][key]]
+        values = [_ratio(s["p99_s"], s["p50_s"]) for s in stats]
+        known = [v for v in values if v is not None]
+        out[kind] = {"median": statistics.median(known) if known else None,
+                     "range": [min(known), max(known)] if known else None, "passes": values,
+                     "requests_per_pass": [s["n"] for s in stats]}
+    return out
+
+
+def pooled_kind_latency(passes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each kind's latency over the requests of every served pass together: all, first wave, after it.
+
+    The passes serve the same rows the same way, so their requests pooled are one larger sample
+    of the same distribution (3 passes: ~3x the requests behind each percentile).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for kind in passes[0]["served"]["latencies_by_kind"]:
+        samples = [(start, lat) for p in passes for start, lat in p["served"]["latencies_by_kind"][kind]]
+        entry = {}
+        for name, keep in (("all", lambda start: True), ("first_wave", lambda start: start < FIRST_WAVE_S),
+                           ("after_first_wave", lambda start: start >= FIRST_WAVE_S)):
+            values = [lat for start, lat in samples if keep(start)]
+            if values:
+                summary = _summary(values)
+                entry[name] = {**summary, "p99_over_p50": _ratio(summary["p99_s"], summary["p50_s"])}
+        out[kind] = entry
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; write the JSON and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=1536)
+    parser.add_argument("--items", type=int, default=8192,
+                        help="rows per pass (default 8192: ~610 math, ~310 tools and ~100 code requests of 8 "
+                             "rows per served pass, enough for each kind's p99 to be a 99th percentile)")
     parser.add_argument("--workers", type=int, default=2, help="workers per kind, in process and served")
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--rows-per-request", type=int, default=8)
     parser.add_argument("--lanes", type=int, default=None, help="server --lanes (default: its own)")
+    parser.add_argument("--one-queue", action="store_true",
+                        help="every client takes requests of any kind from one queue (the earlier design) "
+                             "instead of each kind having its share of the clients")
     parser.add_argument("--shares", default="math=0.6,tools=0.3,code=0.1")
     parser.add_argument("--repeat", type=int, default=3,
                         help="in-process and served passes, alternated; ratios per pass, then median and range")
@@ -483,7 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
         "config": {"items": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
-                   "clients": args.clients, "rows_per_request": args.rows_per_request, "lanes": args.lanes},
+                   "clients": args.clients, "rows_per_request": args.rows_per_request, "lanes": args.lanes,
+                   "clients_per_kind": None if args.one_queue else clients_per_kind(
+                       interleaved_requests(rows, args.rows_per_request), args.clients)},
     }
     passes = []
     for rep in range(args.repeat):
@@ -524,11 +600,16 @@ def main(argv: list[str] | None = None) -> int:
         report[key] = round(statistics.median(values), 3)
         report[key + "_range"] = [min(values), max(values)]
     report["passes"] = passes
+    # the target (p99 under 2x the median) is read on all requests, the first wave included;
+    # after the first wave is reported beside it, never instead of it
     report["p99_over_p50_by_kind"] = kind_ratios(passes)
     report["p99_over_p50_by_kind_after_first_wave"] = kind_ratios(passes, "latency_by_kind_after_first_wave")
+    report["latency_by_kind_pooled_passes"] = pooled_kind_latency(passes)
     served_runs = [p["served"] for p in passes] + [report["served_worker_killed"], report["overload_2x"]]
     if "ray_local_pair" in report:
         served_runs += [report["ray_local_pair"]["served_ray_local"], report["ray_local_pair"]["served"]]
+    for run in served_runs:  # summarised above; every request's latency would bloat the JSON
+        run.pop("latencies_by_kind", None)
     report["lost_all_runs"] = sum(r["lost"] for r in served_runs)
     report["duplicated_all_runs"] = sum(r["duplicated"] for r in served_runs)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
@@ -550,10 +631,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in (("served", s), ("worker killed", k), ("2x capacity", o)):
         print(f"{name}: latency by kind {r['latency_by_kind']}; worker restarts {r['worker_restarts']}; "
               f"exit code after SIGTERM {r['exit_code_after_sigterm']}")
-    print("p99/p50 per kind, median [range] over the served passes: " + "; ".join(
-        f"{kind} {r['median']} {r['range']}" for kind, r in report["p99_over_p50_by_kind"].items()))
+    print("p99/p50 per kind (all requests: the target's reading), median [range] over the served passes: "
+          + "; ".join(f"{kind} {r['median']} {r['range']} (n/pass {r['requests_per_pass']})"
+                      for kind, r in report["p99_over_p50_by_kind"].items()))
     print("the same, requests after the first wave only: " + "; ".join(
         f"{kind} {r['median']} {r['range']}" for kind, r in report["p99_over_p50_by_kind_after_first_wave"].items()))
+    print("per kind over the passes pooled (n, p50, p99, p99/p50, max):")
+    for kind, entry in report["latency_by_kind_pooled_passes"].items():
+        print(f"  {kind}: " + "; ".join(f"{name} n={e['n']} p50 {e['p50_s']} p99 {e['p99_s']} ratio {e['p99_over_p50']} "
+                                      f"max {e['max_s']}" for name, e in entry.items()))
     for p in passes:
         print("  pass: first wave " + str(p["served"]["latency_by_kind_first_wave"]) + "; after "
               + str(p["served"]["latency_by_kind_after_first_wave"]))

@@ -328,7 +328,8 @@ def clients_per_kind(requests: list[tuple[str, list[dict[str, Any]]]], clients: 
 
 
 async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, per_request: int,
-               kill_pid: int | None = None, retry_429: bool = True, one_queue: bool = False) -> dict[str, Any]:
+               kill_pid: int | None = None, retry_429: bool = True, one_queue: bool = False,
+               duration_s: float | None = None) -> dict[str, Any]:
     """`clients` concurrent clients post every row once; latency, throughput, lost/duplicated ids.
 
     By default each kind has its own clients (its share of `clients`, by request count), so
@@ -339,20 +340,32 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
     the other kinds are served by a dozen clients for most of the run, so their percentiles mix
     a 64-client start with a far lighter rest.
 
+    With `duration_s`, each kind's clients post its requests over and over (the same rows, so
+    each row id must come back as many times as it was sent) until that many seconds have
+    passed: every kind under its clients' load for the whole run, one steady load per kind.
+
     The generator shares the server's cores, so it does as little as it can while timed: request
     bodies are encoded and the keep-alive connections opened before the clock starts (a
     trainer's connection pool is warm after its first step), and replies are parsed after it.
     """
+    if one_queue and duration_s is not None:
+        raise ValueError("duration_s gives each kind its own clients; it cannot go with one_queue")
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     requests = interleaved_requests(rows, per_request)
     shared: asyncio.Queue = asyncio.Queue()
     own: dict[str, asyncio.Queue] = {kind: asyncio.Queue() for kind in rows}
-    for kind, batch in requests:
-        (shared if one_queue else own[kind]).put_nowait((kind, len(batch), json.dumps({"rows": batch}).encode()))
+    encoded = [(kind, [row["bench_id"] for row in batch], json.dumps({"rows": batch}).encode())
+               for kind, batch in requests]
+    for item in encoded:
+        (shared if one_queue or duration_s is not None else own[item[0]]).put_nowait(item)
     if one_queue:
         queues = [shared] * clients
     else:
         queues = [own[kind] for kind, n in clients_per_kind(requests, clients).items() for _ in range(n)]
+    # duration mode: each kind's requests in a ring its clients share (taken in turn, forever)
+    rings = {kind: itertools.cycle([item for item in encoded if item[0] == kind]) for kind in rows}
+    ring_of = {id(own[kind]): rings[kind] for kind in rows}
+    posted: dict[int, int] = {}
     latencies: list[float] = []
     by_kind: dict[str, list[tuple[float, float]]] = {kind: [] for kind in rows}  # (start, latency)
     replies: list[bytes] = []
@@ -368,10 +381,18 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
         nonlocal answered
         try:
             while True:
-                try:
-                    kind, n, body = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
+                if duration_s is not None:
+                    if time.perf_counter() - t0 >= duration_s:
+                        return
+                    kind, ids, body = next(ring_of[id(queue)])
+                else:
+                    try:
+                        kind, ids, body = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                for row_id in ids:
+                    posted[row_id] = posted.get(row_id, 0) + 1
+                n = len(ids)
                 start = time.perf_counter()
                 while True:
                     code, headers, payload = await conn.post(f"/v1/verify/{kind}", body)
@@ -403,17 +424,19 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
             seen[row["bench_id"]] = seen.get(row["bench_id"], 0) + 1
             status = row["veristep"]["status"]
             statuses[status] = statuses.get(status, 0) + 1
-    sent = {row["bench_id"] for _, batch in requests for row in batch}
     overall = _summary(latencies)
+    items = sum(posted.values())
     # the first requests of every client leave together: how a kind fares in that burst and after it
     burst = {kind: [lat for start, lat in v if start < FIRST_WAVE_S] for kind, v in by_kind.items()}
     after = {kind: [lat for start, lat in v if start >= FIRST_WAVE_S] for kind, v in by_kind.items()}
     return {
-        "items": total, "requests": len(requests), "wall_s": round(wall, 3),
-        "items_per_s": round(total / wall, 1),
+        "items": items, "requests": len(latencies), "wall_s": round(wall, 3),
+        "items_per_s": round(items / wall, 1), "duration_s": duration_s,
         "latency_p50_s": overall["p50_s"], "latency_p99_s": overall["p99_s"],
         "p99_over_p50": _ratio(overall["p99_s"], overall["p50_s"]), "latency_max_s": overall["max_s"],
-        "lost": len(sent - set(seen)), "duplicated": sum(1 for n in seen.values() if n > 1),
+        # row ids answered fewer / more times than they were sent (each is sent once unless duration_s)
+        "lost": sum(1 for i, n in posted.items() if seen.get(i, 0) < n),
+        "duplicated": sum(1 for i, n in posted.items() if seen.get(i, 0) > n),
         "http_codes": {str(k): v for k, v in sorted(codes.items())}, "statuses": statuses,
         "worker_killed": killed[0] if killed else None,
         # every request's latency, so percentiles can be taken over several passes together
@@ -450,7 +473,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_queue: int, kill: bool,
-           server_args: list[str] | None = None) -> dict[str, Any]:
+           server_args: list[str] | None = None, duration_s: float | None = None) -> dict[str, Any]:
     """Run the load against a fresh server; stop it with SIGTERM; memory samples included."""
     import httpx
 
@@ -462,7 +485,8 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
     try:
         cpu0 = _tree_cpu_s(proc.pid)
         result = asyncio.run(load(url, rows, args.clients, args.rows_per_request,
-                                  kill_pid=proc.pid if kill else None, one_queue=args.one_queue))
+                                  kill_pid=proc.pid if kill else None, one_queue=args.one_queue,
+                                  duration_s=duration_s))
         cpu = _tree_cpu_s(proc.pid) - cpu0
         result["server_cpu_s"] = round(cpu, 2)
         result["server_cpu_ms_per_item"] = round(1000 * cpu / result["items"], 2)
@@ -526,6 +550,45 @@ def pooled_kind_latency(passes: list[dict[str, Any]]) -> dict[str, dict[str, Any
     return out
 
 
+def steady(args: argparse.Namespace) -> int:
+    """`--steady`: served runs of a fixed duration, each kind at its clients' load throughout."""
+    shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
+    rows = mixed_rows(args.items, shares)
+    in_flight = args.clients * args.rows_per_request
+    runs = []
+    for rep in range(args.repeat):
+        print(f"[run {rep + 1}/{args.repeat}] served, {args.clients} clients, {args.steady:g} s ...", flush=True)
+        runs.append(served(rows, args, max_queue=4 * in_flight, kill=False, duration_s=args.steady))
+    passes = [{"served": r} for r in runs]
+    report: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "config": {"rows_cycled": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
+                   "clients": args.clients, "rows_per_request": args.rows_per_request, "duration_s": args.steady,
+                   "clients_per_kind": clients_per_kind(interleaved_requests(rows, args.rows_per_request),
+                                                        args.clients)},
+        # read on all requests, the first wave included, as the target is
+        "p99_over_p50_by_kind": kind_ratios(passes),
+        "p99_over_p50_by_kind_after_first_wave": kind_ratios(passes, "latency_by_kind_after_first_wave"),
+        "latency_by_kind_pooled_passes": pooled_kind_latency(passes),
+    }
+    for run in runs:
+        run.pop("latencies_by_kind", None)
+    report["runs"] = runs
+    report["lost_all_runs"] = sum(r["lost"] for r in runs)
+    report["duplicated_all_runs"] = sum(r["duplicated"] for r in runs)
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    for r in runs:
+        print(f"  {r['items_per_s']} items/s, {r['requests']} requests, lost {r['lost']}, duplicated "
+              f"{r['duplicated']}, HTTP {r['http_codes']}; by kind {r['latency_by_kind']}")
+    print("p99/p50 per kind (all requests), median [range] over the runs: " + "; ".join(
+        f"{kind} {r['median']} {r['range']} (n/run {r['requests_per_pass']})"
+        for kind, r in report["p99_over_p50_by_kind"].items()))
+    print("the same, requests after the first wave only: " + "; ".join(
+        f"{kind} {r['median']} {r['range']}" for kind, r in report["p99_over_p50_by_kind_after_first_wave"].items()))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; write the JSON and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -544,12 +607,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-process and served passes, alternated; ratios per pass, then median and range")
     parser.add_argument("--no-ray", action="store_true",
                         help="skip the served pair with and without --ray local (needs ray)")
+    parser.add_argument("--steady", type=float, metavar="SECONDS", default=None,
+                        help="instead of the passes: --repeat served runs in which each kind's clients post its "
+                             "requests over and over for SECONDS (every kind under one steady load for the whole "
+                             "run); per-kind latency only (default output serve_bench_steady.json)")
     parser.add_argument("--sample-rss", type=int, metavar="PID", help=argparse.SUPPRESS)
-    parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "serve_bench.json"))
+    parser.add_argument("-o", "--output", default=None,
+                        help="JSON file (default benchmarks/results/serve_bench.json, or serve_bench_steady.json "
+                             "with --steady)")
     args = parser.parse_args(argv)
     if args.sample_rss is not None:
         sample_rss(args.sample_rss)
         return 0
+    if args.output is None:
+        name = "serve_bench_steady.json" if args.steady is not None else "serve_bench.json"
+        args.output = str(ROOT / "benchmarks" / "results" / name)
+    if args.steady is not None:
+        if args.one_queue:
+            parser.error("--steady gives each kind its own clients; it cannot go with --one-queue")
+        return steady(args)
     shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
     rows = mixed_rows(args.items, shares)
     in_flight = args.clients * args.rows_per_request

@@ -260,8 +260,8 @@ def _enter_fresh_namespaces(layout):
                          | _CLONE_NEWNET), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{_SANDBOX_ID} {uid} 1"),
                        ("gid_map", f"{_SANDBOX_ID} {gid} 1")):
-        with open("/proc/self/" + name, "w") as fh:
-            fh.write(text)
+        # os-level writes: with text-file objects the three took 0.40 ms here, not 0.14.
+        _write("/proc/self/" + name, text.encode(), 0o600)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     # Inodes and dentries are kernel memory the watchdog does not see: one per page at most.
     size = (f"size={layout['tmpfs_bytes']},nr_inodes={max(layout['tmpfs_bytes'] // 4096, 1024)},"
@@ -623,8 +623,7 @@ def _enter_test_namespace():
     _check(_libc.unshare(_CLONE_NEWUSER_PID), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                        ("gid_map", f"{gid} {gid} 1")):
-        with open("/proc/self/" + name, "w") as fh:
-            fh.write(text)
+        _write("/proc/self/" + name, text.encode(), 0o600)
     _set_dumpable(False)
     status_r, status_w = os.pipe()
     init = os.fork()

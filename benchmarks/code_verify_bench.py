@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="allow rlimits-only isolation when nothing stronger runs here")
     parser.add_argument("--compare-pid-namespace", action="store_true",
-                        help="add a row with a PID namespace per test (the default: one per completion)")
+                        help="add a row with a PID namespace per test "
+                             "(the default: one per completion)")
     parser.add_argument("--peer-rev", metavar="REV",
                         help="add a row running every test with the in-sandbox code of this git "
                              "revision (measures a change to it in the same run)")

@@ -170,11 +170,15 @@ def parse_record(line_no: int, raw: bytes) -> Record:
         return Record(line_no, error="bad JSON (nested too deeply)")
     if not isinstance(data, dict):
         return Record(line_no, error=f"expected a JSON object, got {type(data).__name__}")
-    # json.loads reads NaN and Infinity, which strict JSON readers refuse: such a line is
+    return Record(line_no, data, text=writable_text(line))
+
+
+def writable_text(text: str) -> str | None:
+    """The JSON text an object was read from, if it can be written back as it is; else None."""
+    # json.loads reads NaN and Infinity, which strict JSON readers refuse: such an object is
     # written back re-encoded (as null); the test is on the text, so a string holding "NaN"
     # takes that slower path too, harmlessly
-    strict = "NaN" not in line and "Infinity" not in line
-    return Record(line_no, data, text=line if strict else None)
+    return text if "NaN" not in text and "Infinity" not in text else None
 
 
 def missing_key(record: Record, key: str) -> str:

@@ -7,8 +7,9 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from veristep.common.jsonl_io import encode_with
 
-from veristep.serve.jsontext import dumps, loads_with_row_text, with_field
+from veristep.serve.jsontext import loads_with_row_text
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
 _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3)
@@ -29,7 +30,7 @@ def test_same_values_as_json_loads_and_each_rows_own_text(rows, extra, indent, a
             assert "NaN" in json.dumps(row) or "Infinity" in json.dumps(row)
         elif isinstance(row, dict):
             assert json.loads(own) == row
-            spliced = json.loads(with_field(own, not row, "veristep", dumps({"reward": 1.0})))
+            spliced = json.loads(encode_with(row, "veristep", {"reward": 1.0}, own))
             assert spliced == {**row, "veristep": {"reward": 1.0}}
         else:
             assert own is None  # not an object: nothing to splice into

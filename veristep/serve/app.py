@@ -128,11 +128,10 @@ def create_app(service: Service) -> Starlette:
             return Response(service.native_jsonl(kind, items, results), 200, stamp_headers, media_type=NDJSON)
         body, texts = await _json_rows(raw)
         rows = check_types(body, {"rows": (list,)}, "native request")["rows"]
-        items = service.native_items(kind, rows, key)
+        items = service.native_items(kind, rows, key, texts=texts)
         async with admitted(len(items)):
             results = await service.native_results(kind, items, deadline)
-        texts = texts if texts is not None else [None] * len(items)
-        return Response(service.native_json(kind, items, results, texts), 200, stamp_headers,
+        return Response(service.native_json(kind, items, results), 200, stamp_headers,
                         media_type="application/json")
 
     @endpoint("get_reward")

@@ -4,9 +4,9 @@ A native reply echoes every input row with a `veristep` result object added. Dec
 encoding it again is most of the event loop's JSON work for a request (a tools row carries its
 tool schemas: 8 of them are 12 KB, 0.12 ms to decode and 0.18 ms to encode again). `veristep
 verify` already writes a line as its input text with the result spliced in before the closing
-brace (`encode_with`); these helpers let the server do the same for a JSON body
-`{"rows": [...]}`: the body is decoded once, value by value with the standard decoder, noting
-where each row's text starts and ends.
+brace (`encode_with`, given a `Record.text`); this reader gives the server each row's text of a
+JSON body `{"rows": [...]}` for the same: the body is decoded once, value by value with the
+standard decoder, noting where each row's text starts and ends.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from veristep.common.jsonl_io import writable_text
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")  # the whitespace JSON allows between tokens (as json.decoder's)
@@ -25,7 +27,7 @@ def loads_with_row_text(text: str, field: str = "rows") -> tuple[dict[str, Any],
     None when the text is anything else (not an object, malformed, `field` not an array):
     the caller decodes it with `json.loads` for its one-line reason or its type error, so
     what a bad body gets is decided in one place. An element's text is kept only where it
-    can be written back as it is: a JSON object without NaN or Infinity (strict JSON).
+    can be written back as it is (`writable_text`, as for a JSONL line): a JSON object.
     """
     try:
         return _scan(text, field)
@@ -81,9 +83,7 @@ def _array_with_text(text: str, i: int) -> tuple[list[Any], list[str | None], in
         start = i
         value, i = _DECODER.raw_decode(text, i)
         values.append(value)
-        own = text[start:i]
-        strict = isinstance(value, dict) and "NaN" not in own and "Infinity" not in own
-        spans.append(own if strict else None)
+        spans.append(writable_text(text[start:i]) if isinstance(value, dict) else None)
         i = _WS.match(text, i).end()
         if text[i] == "]":
             return values, spans, i + 1
@@ -91,16 +91,3 @@ def _array_with_text(text: str, i: int) -> tuple[list[Any], list[str | None], in
             raise ValueError("expected ',' or ']'")
         i = _WS.match(text, i + 1).end()
 
-
-#: One encoder for every call: `json.dumps` with any non-default option builds a new one each time.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def dumps(value: Any) -> str:
-    """Compact strict JSON, as Starlette's JSONResponse writes it (UTF-8 text, no NaN)."""
-    return _ENCODER.encode(value)
-
-
-def with_field(text: str, empty: bool, key: str, value_text: str) -> str:
-    """An object's own JSON text with `"key": value` added last (the object must not have `key`)."""
-    return f"{text[:-1]}{'' if empty else ','}{json.dumps(key)}:{value_text}}}"

@@ -29,25 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from veristep import __version__
-from veristep.common.jsonl_io import Record, encode_line, parse_record
+from veristep.common.jsonl_io import Record, parse_record
 from veristep.verifiers.adapters import _BadReference
 from veristep.verifiers.async_adapters import reference_from_label
-from veristep.verifiers.cli.runner import (
-    RAISED_KEY,
-    RESULT_KEY,
-    Item,
-    close_verifier,
-    make_item,
-    output_line,
-    output_row,
-    result_record,
-)
+from veristep.verifiers.cli.runner import RAISED_KEY, Item, close_verifier, make_item, output_line
 from veristep.verifiers.core.aio import bridge_for, configure_async, lower_thread_priority
 from veristep.verifiers.core.registry import get_verifier, verifier_class
 from veristep.verifiers.core.result import UNJUDGED, Status, Verifier, VerifyResult
 from veristep.verifiers.core.text import mark_truncated
-
-from .jsontext import dumps, with_field
 
 #: The statuses OpenRLHF sees as one numeric `extra_logs` key each (it stacks every value into
 #: a tensor, so strings cannot travel there).
@@ -240,17 +229,24 @@ class Service:
     # --------------------------------------------------------------- payloads
 
     def native_items(self, kind: str, rows: Sequence[Any], completion_key: str | None = None,
-                     line_nos: Sequence[int] | None = None) -> list[Item]:
-        """CLI rows (objects, or raw JSONL lines as bytes) as the CLI's items, bad rows included."""
+                     line_nos: Sequence[int] | None = None,
+                     texts: Sequence[str | None] | None = None) -> list[Item]:
+        """CLI rows (objects, or raw JSONL lines as bytes) as the CLI's items, bad rows included.
+
+        `texts`: each object row's own JSON text where it can be written back as it is
+        (`jsontext.loads_with_row_text`), so that its reply row is that text with the result
+        spliced in, as `veristep verify` writes a line.
+        """
         _, verifier = self.verifier(kind)
         key = completion_key or self.config.completion_key
         items = []
         numbers = line_nos if line_nos is not None else range(1, len(rows) + 1)
-        for line_no, row in zip(numbers, rows, strict=True):
+        row_texts = texts if texts is not None else [None] * len(rows)
+        for line_no, row, text in zip(numbers, rows, row_texts, strict=True):
             if isinstance(row, (bytes, bytearray)):
                 record = parse_record(line_no, bytes(row))
             elif isinstance(row, dict):
-                record = Record(line_no, row)
+                record = Record(line_no, row, text=text)
             else:
                 record = Record(line_no, error=f"expected a JSON object, got {type(row).__name__}")
             items.append(make_item(record, verifier, key))
@@ -262,30 +258,18 @@ class Service:
         pairs = [item.result if item.result is not None else (item.completion, item.reference) for item in items]
         return await self.verify(kind, pairs, deadline_s)
 
-    async def native(self, kind: str, items: Sequence[Item], deadline_s: float | None = None,
-                     ) -> list[dict[str, Any]]:
-        """Output rows exactly as `veristep verify` writes them, in input order."""
-        results = await self.native_results(kind, items, deadline_s)
-        return [output_row(kind, item, result) for item, result in zip(items, results, strict=True)]
-
-    def native_json(self, kind: str, items: Sequence[Item], results: Sequence[VerifyResult],
-                    texts: Sequence[str | None]) -> bytes:
+    def native_json(self, kind: str, items: Sequence[Item], results: Sequence[VerifyResult]) -> bytes:
         """The JSON reply `{"kind", "rows", "version", "config_hash"}` of a native request.
 
-        A row whose own JSON text is known (`jsontext.loads_with_row_text`) is that text with
-        the `veristep` object spliced in, as `veristep verify` writes a line: re-encoding every
-        echoed row (a tools row's tool schemas) was the largest part of a request's JSON work.
-        Any other row is encoded as the CLI encodes it (NaN as null, a lone surrogate escaped).
+        Each row is the CLI's output line (`output_line`): the row's own text with the
+        `veristep` object spliced in where it has one (re-encoding every echoed row, a tools
+        row's tool schemas, was the largest part of a request's JSON work), else re-encoded
+        as the CLI does (NaN as null, a lone surrogate escaped).
         """
-        parts = []
-        for item, result, text in zip(items, results, texts, strict=True):
-            data = item.record.data
-            if text is not None and RESULT_KEY not in data:
-                parts.append(with_field(text, not data, RESULT_KEY, dumps(result_record(kind, item, result))))
-            else:
-                parts.append(encode_line(output_row(kind, item, result))[:-1].decode("utf-8"))
-        return (f'{{"kind":{dumps(kind)},"rows":[{",".join(parts)}],"version":{dumps(self.version)},'
-                f'"config_hash":{dumps(self.config_hash)}}}').encode()
+        rows = b",".join(output_line(kind, item, result)[:-1] for item, result in zip(items, results, strict=True))
+        head = f'{{"kind":{json.dumps(kind)},"rows":['
+        tail = f'],"version":{json.dumps(self.version)},"config_hash":{json.dumps(self.config_hash)}}}'
+        return head.encode() + rows + tail.encode()
 
     def native_jsonl(self, kind: str, items: Sequence[Item], results: Sequence[VerifyResult]) -> bytes:
         """The JSONL reply of a JSONL request: line for line what `veristep verify` writes."""

@@ -491,6 +491,29 @@ def test_batch_sends_each_reference_once_per_chunk_and_caches_it():
     v.close()
 
 
+def test_reference_key_is_the_sorted_json_text_and_never_confuses_equal_looking_values():
+    from verifiers.tools import verifier as tools_verifier
+
+    refs = [{"tools": UNIT_TOOLS, "expected": [{"convert": {"value": [v]}}]} for v in (1, 1.0, True, "1", None)]
+    refs.append({"expected": refs[0]["expected"], "tools": UNIT_TOOLS})  # another key order
+    for _ in range(2):  # the second round answers from the cache
+        for ref in refs:
+            fresh = json.loads(json.dumps(ref))  # an equal value in new objects, as a decoded row is
+            assert tools_verifier.reference_key(fresh) == json.dumps(ref, sort_keys=True)
+    assert len({tools_verifier.reference_key(r) for r in refs}) == 5  # 1, 1.0, true, "1", null
+    for not_json in ({"tools": {1, 2}}, {"tools": b"x"}, {("a",): 1}):  # marshal takes these, json does not
+        for _ in range(2):
+            with pytest.raises(TypeError):
+                tools_verifier.reference_key(not_json)
+    for i in range(tools_verifier._KEY_CACHE + 10):
+        tools_verifier.reference_key({"tools": [], "n": i})
+    assert len(tools_verifier._keys) <= tools_verifier._KEY_CACHE
+    v = ToolCallVerifier(workers=1)
+    [result] = v.verify_batch(["x"], [{"tools": {1, 2}}])
+    assert result.status is Status.BAD_REFERENCE and "JSON data" in result.detail
+    v.close()
+
+
 def test_null_for_an_optional_parameter_means_not_given(verifier):
     # BFCL's answers list None for optional parameters (math.power(mod=None)); a JSON Schema
     # check called every such correct call a wrong type (issue 31.1, 128 cases in bfcl_bench).

@@ -51,14 +51,19 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def mixed_rows(n: int, shares: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
+def mixed_rows(n: int, shares: dict[str, float], code_languages: set[str] | None = None,
+               ) -> dict[str, list[dict[str, Any]]]:
     """`n` rows split over kinds by `shares`, each with a unique `bench_id`.
 
     math: MATH-500 worked solutions against their own answer (half) or another row's (half);
-    code and tools: the shipped samples, cycled (the code sample's deliberate time-out left out).
+    code and tools: the shipped samples, cycled (the code sample's deliberate time-out left out;
+    with `code_languages`, only its rows in those languages).
     """
     math_base = _lines(DATA / "math500_test.jsonl")
-    code_base = [r for r in _lines(DATA / "code_sample.jsonl") if r.get("expected_status") != "timeout"]
+    code_base = [r for r in _lines(DATA / "code_sample.jsonl") if r.get("expected_status") != "timeout"
+                 and (code_languages is None or r.get("language", "python") in code_languages)]
+    if not code_base and "code" in shares:
+        raise SystemExit(f"no code rows in {sorted(code_languages or [])}")
     tools_base = _lines(DATA / "tools_sample.jsonl")
     out: dict[str, list[dict[str, Any]]] = {}
     next_id = 0
@@ -329,7 +334,7 @@ def clients_per_kind(requests: list[tuple[str, list[dict[str, Any]]]], clients: 
 
 async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, per_request: int,
                kill_pid: int | None = None, retry_429: bool = True, one_queue: bool = False,
-               duration_s: float | None = None) -> dict[str, Any]:
+               duration_s: float | None = None, warm_up_s: float | None = None) -> dict[str, Any]:
     """`clients` concurrent clients post every row once; latency, throughput, lost/duplicated ids.
 
     By default each kind has its own clients (its share of `clients`, by request count), so
@@ -343,6 +348,8 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
     With `duration_s`, each kind's clients post its requests over and over (the same rows, so
     each row id must come back as many times as it was sent) until that many seconds have
     passed: every kind under its clients' load for the whole run, one steady load per kind.
+    With `warm_up_s`, each kind's latency is also summarised over the requests sent from that
+    second on (`latency_by_kind_after_warm_up`): the load once its start is over.
 
     The generator shares the server's cores, so it does as little as it can while timed: request
     bodies are encoded and the keep-alive connections opened before the clock starts (a
@@ -444,6 +451,8 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
         "latency_by_kind": {kind: _summary([lat for _, lat in v]) for kind, v in by_kind.items() if v},
         "latency_by_kind_first_wave": {kind: _summary(v) for kind, v in burst.items() if v},
         "latency_by_kind_after_first_wave": {kind: _summary(v) for kind, v in after.items() if v},
+        **({} if warm_up_s is None else {"latency_by_kind_after_warm_up": {
+            kind: _summary(lats) for kind, v in by_kind.items() if (lats := [lat for s, lat in v if s >= warm_up_s])}}),
     }
 
 
@@ -473,7 +482,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_queue: int, kill: bool,
-           server_args: list[str] | None = None, duration_s: float | None = None) -> dict[str, Any]:
+           server_args: list[str] | None = None, duration_s: float | None = None,
+           warm_up_s: float | None = None) -> dict[str, Any]:
     """Run the load against a fresh server; stop it with SIGTERM; memory samples included."""
     import httpx
 
@@ -486,7 +496,7 @@ def served(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, max_
         cpu0 = _tree_cpu_s(proc.pid)
         result = asyncio.run(load(url, rows, args.clients, args.rows_per_request,
                                   kill_pid=proc.pid if kill else None, one_queue=args.one_queue,
-                                  duration_s=duration_s))
+                                  duration_s=duration_s, warm_up_s=warm_up_s))
         cpu = _tree_cpu_s(proc.pid) - cpu0
         result["server_cpu_s"] = round(cpu, 2)
         result["server_cpu_ms_per_item"] = round(1000 * cpu / result["items"], 2)
@@ -530,8 +540,10 @@ def kind_ratios(passes: list[dict[str, Any]], key: str = "latency_by_kind") -> d
     return out
 
 
-def pooled_kind_latency(passes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def pooled_kind_latency(passes: list[dict[str, Any]], warm_up_s: float | None = None) -> dict[str, dict[str, Any]]:
     """Each kind's latency over the requests of every served pass together: all, first wave, after it.
+
+    With `warm_up_s`, also over the requests sent from that second on (`after_warm_up`).
 
     The passes serve the same rows the same way, so their requests pooled are one larger sample
     of the same distribution (3 passes: ~3x the requests behind each percentile).
@@ -540,8 +552,11 @@ def pooled_kind_latency(passes: list[dict[str, Any]]) -> dict[str, dict[str, Any
     for kind in passes[0]["served"]["latencies_by_kind"]:
         samples = [(start, lat) for p in passes for start, lat in p["served"]["latencies_by_kind"][kind]]
         entry = {}
-        for name, keep in (("all", lambda start: True), ("first_wave", lambda start: start < FIRST_WAVE_S),
-                           ("after_first_wave", lambda start: start >= FIRST_WAVE_S)):
+        windows = [("all", lambda start: True), ("first_wave", lambda start: start < FIRST_WAVE_S),
+                   ("after_first_wave", lambda start: start >= FIRST_WAVE_S)]
+        if warm_up_s is not None:
+            windows.append(("after_warm_up", lambda start: start >= warm_up_s))
+        for name, keep in windows:
             values = [lat for start, lat in samples if keep(start)]
             if values:
                 summary = _summary(values)
@@ -550,26 +565,35 @@ def pooled_kind_latency(passes: list[dict[str, Any]]) -> dict[str, dict[str, Any
     return out
 
 
+def _languages(value: str | None) -> set[str] | None:
+    """`--code-languages` as a set (None: every language of the code sample)."""
+    return None if value is None else {lang.strip() for lang in value.split(",") if lang.strip()}
+
+
 def steady(args: argparse.Namespace) -> int:
     """`--steady`: served runs of a fixed duration, each kind at its clients' load throughout."""
     shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
-    rows = mixed_rows(args.items, shares)
+    rows = mixed_rows(args.items, shares, _languages(args.code_languages))
     in_flight = args.clients * args.rows_per_request
     runs = []
     for rep in range(args.repeat):
         print(f"[run {rep + 1}/{args.repeat}] served, {args.clients} clients, {args.steady:g} s ...", flush=True)
-        runs.append(served(rows, args, max_queue=4 * in_flight, kill=False, duration_s=args.steady))
+        runs.append(served(rows, args, max_queue=4 * in_flight, kill=False, duration_s=args.steady,
+                           warm_up_s=args.warm_up))
     passes = [{"served": r} for r in runs]
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "config": {"rows_cycled": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
                    "clients": args.clients, "rows_per_request": args.rows_per_request, "duration_s": args.steady,
+                   "warm_up_s": args.warm_up, "code_languages": args.code_languages,
                    "clients_per_kind": clients_per_kind(interleaved_requests(rows, args.rows_per_request),
                                                         args.clients)},
         # read on all requests, the first wave included, as the target is
         "p99_over_p50_by_kind": kind_ratios(passes),
         "p99_over_p50_by_kind_after_first_wave": kind_ratios(passes, "latency_by_kind_after_first_wave"),
-        "latency_by_kind_pooled_passes": pooled_kind_latency(passes),
+        # the load once its start (cold parser caches, every client's first request at once) is over
+        "p99_over_p50_by_kind_after_warm_up": kind_ratios(passes, "latency_by_kind_after_warm_up"),
+        "latency_by_kind_pooled_passes": pooled_kind_latency(passes, args.warm_up),
     }
     for run in runs:
         run.pop("latencies_by_kind", None)
@@ -585,6 +609,9 @@ def steady(args: argparse.Namespace) -> int:
         for kind, r in report["p99_over_p50_by_kind"].items()))
     print("the same, requests after the first wave only: " + "; ".join(
         f"{kind} {r['median']} {r['range']}" for kind, r in report["p99_over_p50_by_kind_after_first_wave"].items()))
+    print(f"the same, requests sent after the first {args.warm_up:g} s only: " + "; ".join(
+        f"{kind} {r['median']} {r['range']} (n/run {r['requests_per_pass']})"
+        for kind, r in report["p99_over_p50_by_kind_after_warm_up"].items()))
     print(f"wrote {args.output}")
     return 0
 
@@ -603,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="every client takes requests of any kind from one queue (the earlier design) "
                              "instead of each kind having its share of the clients")
     parser.add_argument("--shares", default="math=0.6,tools=0.3,code=0.1")
+    parser.add_argument("--code-languages", default=None, metavar="LANG,...",
+                        help="only the code sample's rows in these languages (default all: python and cpp; "
+                             "3 of its 11 rows are C++, whose compiles are most of the code kind's CPU)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="in-process and served passes, alternated; ratios per pass, then median and range")
     parser.add_argument("--no-ray", action="store_true",
@@ -611,6 +641,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead of the passes: --repeat served runs in which each kind's clients post its "
                              "requests over and over for SECONDS (every kind under one steady load for the whole "
                              "run); per-kind latency only (default output serve_bench_steady.json)")
+    parser.add_argument("--warm-up", type=float, metavar="SECONDS", default=10.0,
+                        help="with --steady: each kind's latency is also read over the requests sent from this "
+                             "second on, the load once its cold start is over (default 10)")
     parser.add_argument("--sample-rss", type=int, metavar="PID", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", default=None,
                         help="JSON file (default benchmarks/results/serve_bench.json, or serve_bench_steady.json "
@@ -625,16 +658,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.steady is not None:
         if args.one_queue:
             parser.error("--steady gives each kind its own clients; it cannot go with --one-queue")
+        if not 0 <= args.warm_up < args.steady:
+            parser.error("--warm-up must be at least 0 and shorter than --steady")
         return steady(args)
     shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
-    rows = mixed_rows(args.items, shares)
+    rows = mixed_rows(args.items, shares, _languages(args.code_languages))
     in_flight = args.clients * args.rows_per_request
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
         "config": {"items": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
                    "clients": args.clients, "rows_per_request": args.rows_per_request, "lanes": args.lanes,
-                   "clients_per_kind": None if args.one_queue else clients_per_kind(
+                   "code_languages": args.code_languages, "clients_per_kind": None if args.one_queue else clients_per_kind(
                        interleaved_requests(rows, args.rows_per_request), args.clients)},
     }
     passes = []

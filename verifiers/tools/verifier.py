@@ -6,6 +6,7 @@ parse and fit the function schemas ("any valid call")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import threading
@@ -40,7 +41,6 @@ _REFERENCE_CACHE = 16384
 _KEY_CACHE = 2048
 _KEY_CACHE_MAX_BYTES = 65536
 _keys: dict[bytes, str] = {}
-_keys_lock = threading.Lock()
 
 
 def reference_key(reference: Any) -> str:
@@ -60,10 +60,12 @@ def reference_key(reference: Any) -> str:
     if key is None:
         key = json.dumps(reference, sort_keys=True)
         if len(fingerprint) <= _KEY_CACHE_MAX_BYTES:
-            with _keys_lock:
-                if len(_keys) >= _KEY_CACHE:
-                    _keys.pop(next(iter(_keys)))
-                _keys[fingerprint] = key
+            # no lock (a forked child must never inherit one held): two threads evicting at once
+            # leave the cache a key or two over its size, which is harmless
+            if len(_keys) >= _KEY_CACHE:
+                with contextlib.suppress(StopIteration, RuntimeError):
+                    _keys.pop(next(iter(_keys)), None)
+            _keys[fingerprint] = key
     return key
 
 

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -433,9 +434,6 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
             statuses[status] = statuses.get(status, 0) + 1
     overall = _summary(latencies)
     items = sum(posted.values())
-    # the first requests of every client leave together: how a kind fares in that burst and after it
-    burst = {kind: [lat for start, lat in v if start < FIRST_WAVE_S] for kind, v in by_kind.items()}
-    after = {kind: [lat for start, lat in v if start >= FIRST_WAVE_S] for kind, v in by_kind.items()}
     return {
         "items": items, "requests": len(latencies), "wall_s": round(wall, 3),
         "items_per_s": round(items / wall, 1), "duration_s": duration_s,
@@ -448,16 +446,28 @@ async def load(url: str, rows: dict[str, list[dict[str, Any]]], clients: int, pe
         "worker_killed": killed[0] if killed else None,
         # every request's latency, so percentiles can be taken over several passes together
         "latencies_by_kind": {kind: [[round(start, 4), round(lat, 4)] for start, lat in v] for kind, v in by_kind.items()},
-        "latency_by_kind": {kind: _summary([lat for _, lat in v]) for kind, v in by_kind.items() if v},
-        "latency_by_kind_first_wave": {kind: _summary(v) for kind, v in burst.items() if v},
-        "latency_by_kind_after_first_wave": {kind: _summary(v) for kind, v in after.items() if v},
-        **({} if warm_up_s is None else {"latency_by_kind_after_warm_up": {
-            kind: _summary(lats) for kind, v in by_kind.items() if (lats := [lat for s, lat in v if s >= warm_up_s])}}),
+        # latency_by_kind, and the same over the requests of each part of the run (_windows)
+        **{f"latency_by_kind{'' if name == 'all' else '_' + name}": {
+            kind: _summary(lats) for kind, v in by_kind.items() if (lats := [lat for s, lat in v if keep(s)])}
+           for name, keep in _windows(warm_up_s)},
     }
 
 
 #: Requests sent within this many seconds of the start are the first wave (every client's first).
 FIRST_WAVE_S = 0.05
+
+
+def _windows(warm_up_s: float | None) -> list[tuple[str, Callable[[float], bool]]]:
+    """The parts of a run each kind's latency is read over, by when a request was sent.
+
+    The first requests of every client leave together: how a kind fares in that burst and after
+    it; with `warm_up_s`, also from that second on.
+    """
+    windows = [("all", lambda start: True), ("first_wave", lambda start: start < FIRST_WAVE_S),
+               ("after_first_wave", lambda start: start >= FIRST_WAVE_S)]
+    if warm_up_s is not None:
+        windows.append(("after_warm_up", lambda start: start >= warm_up_s))
+    return windows
 #: Fewest samples for which a 99th percentile is reported: below it the "p99" of a nearest-rank
 #: rule is the largest or second-largest sample, so only the maximum is given (as `max_s`).
 MIN_N_FOR_P99 = 100
@@ -552,11 +562,7 @@ def pooled_kind_latency(passes: list[dict[str, Any]], warm_up_s: float | None = 
     for kind in passes[0]["served"]["latencies_by_kind"]:
         samples = [(start, lat) for p in passes for start, lat in p["served"]["latencies_by_kind"][kind]]
         entry = {}
-        windows = [("all", lambda start: True), ("first_wave", lambda start: start < FIRST_WAVE_S),
-                   ("after_first_wave", lambda start: start >= FIRST_WAVE_S)]
-        if warm_up_s is not None:
-            windows.append(("after_warm_up", lambda start: start >= warm_up_s))
-        for name, keep in windows:
+        for name, keep in _windows(warm_up_s):
             values = [lat for start, lat in samples if keep(start)]
             if values:
                 summary = _summary(values)
@@ -565,15 +571,17 @@ def pooled_kind_latency(passes: list[dict[str, Any]], warm_up_s: float | None = 
     return out
 
 
-def _languages(value: str | None) -> set[str] | None:
-    """`--code-languages` as a set (None: every language of the code sample)."""
-    return None if value is None else {lang.strip() for lang in value.split(",") if lang.strip()}
+def _rows(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """The rows `--items`, `--shares` and `--code-languages` ask for."""
+    shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
+    languages = None if args.code_languages is None else {
+        lang.strip() for lang in args.code_languages.split(",") if lang.strip()}
+    return mixed_rows(args.items, shares, languages)
 
 
 def steady(args: argparse.Namespace) -> int:
     """`--steady`: served runs of a fixed duration, each kind at its clients' load throughout."""
-    shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
-    rows = mixed_rows(args.items, shares, _languages(args.code_languages))
+    rows = _rows(args)
     in_flight = args.clients * args.rows_per_request
     runs = []
     for rep in range(args.repeat):
@@ -661,8 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= args.warm_up < args.steady:
             parser.error("--warm-up must be at least 0 and shorter than --steady")
         return steady(args)
-    shares = {k: float(v) for k, v in (p.split("=") for p in args.shares.split(","))}
-    rows = mixed_rows(args.items, shares, _languages(args.code_languages))
+    rows = _rows(args)
     in_flight = args.clients * args.rows_per_request
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),

@@ -587,13 +587,13 @@ def steady(args: argparse.Namespace) -> int:
     for rep in range(args.repeat):
         print(f"[run {rep + 1}/{args.repeat}] served, {args.clients} clients, {args.steady:g} s ...", flush=True)
         runs.append(served(rows, args, max_queue=4 * in_flight, kill=False, duration_s=args.steady,
-                           warm_up_s=args.warm_up))
+                           warm_up_s=args.warm_up, server_args=[f"--nice={n}" for n in args.nice]))
     passes = [{"served": r} for r in runs]
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "config": {"rows_cycled": {k: len(v) for k, v in rows.items()}, "workers_per_kind": args.workers,
                    "clients": args.clients, "rows_per_request": args.rows_per_request, "duration_s": args.steady,
-                   "warm_up_s": args.warm_up, "code_languages": args.code_languages,
+                   "warm_up_s": args.warm_up, "code_languages": args.code_languages, "server_nice": args.nice,
                    "clients_per_kind": clients_per_kind(interleaved_requests(rows, args.rows_per_request),
                                                         args.clients)},
         # read on all requests, the first wave included, as the target is
@@ -652,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=float, metavar="SECONDS", default=10.0,
                         help="with --steady: each kind's latency is also read over the requests sent from this "
                              "second on, the load once its cold start is over (default 10)")
+    parser.add_argument("--nice", action="append", default=[], metavar="KIND=N",
+                        help="with --steady: the server's --nice, repeatable (e.g. code=10: the code kind's "
+                             "sandboxes at nice 10; default none)")
     parser.add_argument("--sample-rss", type=int, metavar="PID", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", default=None,
                         help="JSON file (default benchmarks/results/serve_bench.json, or serve_bench_steady.json "
@@ -669,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= args.warm_up < args.steady:
             parser.error("--warm-up must be at least 0 and shorter than --steady")
         return steady(args)
+    if args.nice:
+        parser.error("--nice goes with --steady (the passes compare with in-process work at the server's priority)")
     rows = _rows(args)
     in_flight = args.clients * args.rows_per_request
     report: dict[str, Any] = {

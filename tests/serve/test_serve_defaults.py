@@ -110,3 +110,27 @@ def test_a_niced_kinds_pool_workers_run_below_the_server_and_other_kinds_do_not(
         assert nice_of(0) == mine  # the server's own thread (the event loop's) keeps its priority
     finally:
         service.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="kernel without autogroup")
+def test_a_niced_code_kinds_programs_run_in_a_scheduling_group_at_that_nice_value():
+    # A sandbox is a session, so an autogroup of its own: its processes' nice values alone would
+    # leave it weighing as much as the whole server.
+    import asyncio
+
+    from veristep.verifiers.code.sandbox import SandboxUnavailable
+
+    expected = str(min(19, os.getpriority(os.PRIO_PROCESS, 0) + 6))
+    try:
+        service = Service(ServeConfig(kinds=["code"], nice={"code": 6}, configs={"code": {"workers": 1}}))
+    except SandboxUnavailable as err:
+        pytest.skip(f"no sandbox here: {err}")
+    try:
+        service.warm_up()
+        verifier = service.verifiers["code"]
+        probe = "```python\nprint(open('/proc/self/autogroup').read().split()[-1])\n```"
+        (result,) = asyncio.run(service.verify("code", [
+            (probe, verifier.reference_from_record({"tests": [{"stdin": "", "stdout": expected}]}))]))
+        assert result.judged and result.correct, result
+    finally:
+        service.close()

@@ -129,7 +129,40 @@ def _join_new_session_keyring():
     return None
 
 
+_AUTOGROUP_TRIES = 20  # the kernel takes one such write per 0.1 s from unprivileged callers
+
+
+def _autogroup_at_own_nice():
+    """Give this session's scheduling group (Linux autogroup) this process's own nice value.
+
+    The sandbox runs in a session of its own, and where autogroup is on, each session is one
+    scheduling group weighed against the caller's whole session by the group's nice value,
+    not its processes' (a new group starts at 0). Without this, a sandbox started at nice 10
+    gets as much CPU as all of the caller's threads together. A program can set the group
+    back to 0 (any value >= 0 is its own to set), which is only the weight it had before.
+    """
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        return
+    for _ in range(_AUTOGROUP_TRIES if nice > 0 else 0):
+        try:
+            fd = os.open("/proc/self/autogroup", os.O_WRONLY)
+        except OSError:
+            return  # no autogroup in this kernel, or no /proc
+        try:
+            os.write(fd, str(nice).encode())
+            return
+        except OSError as err:
+            if err.errno != errno.EAGAIN:
+                return
+        finally:
+            os.close(fd)
+        time.sleep(0.05)
+
+
 def main():
+    _autogroup_at_own_nice()  # while dumpable: /proc/self of a non-dumpable process is root's
     _set_dumpable(False)
     # Whatever the launcher left open beyond the protocol pipes belongs to the caller.
     os.closerange(3, _max_fd())

@@ -55,9 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nice", action="append", metavar="[KIND=]N",
                         help="run a kind's work (its lanes, pool workers, sandboxed programs) N "
                         "nice levels below the server's CPU priority, 0-19, repeatable; a bare N "
-                        "sets every kind (Linux, local pools; default 0: e.g. --nice math=10 "
-                        "--nice code=10 lets cheap kinds and the HTTP handling go first when the "
-                        "CPU is short, but other programs at default priority then go first too)")
+                        "sets every kind (Linux, local pools; default 0: e.g. --nice code=10 lets "
+                        "cheap kinds and the HTTP handling go first when the CPU is short, for "
+                        "less code throughput and less CPU within its tests' wall-clock limits)")
     parser.add_argument("--completion-key", default="completion",
                         help="row key holding the completion (native endpoint)")
     parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",

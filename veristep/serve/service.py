@@ -98,10 +98,10 @@ class ServeConfig:
     ray_ready_timeout_s: float = 600.0  # for every actor to build its verifiers and warm up
     #: Nice increment per kind (`--nice`; 0 for a kind not in it; Linux, local pools): a kind's
     #: lanes, and what they start (pool workers, sandboxed programs), run that much below the
-    #: server's CPU priority. Off by default: on an otherwise idle 2-core machine math and code
-    #: at 10 halved the tools median (0.068 -> 0.03 s) and cut its p99 by a quarter, not its
-    #: p99/p50, and beside two other CPU-bound jobs cost 30-40 % of the served throughput
-    #: (docs/serve.md, load benchmark). Where the work runs, never a verdict: not in `config_hash`.
+    #: server's CPU priority (a code sandbox's whole scheduling group too). Off by default: on a
+    #: 2-core machine code at 10 brought tools' p99/p50 from 2.2 to 1.74 under a steady mix but
+    #: answered 39 % fewer code requests, whose tests' wall-clock limits then get less CPU
+    #: (docs/serve.md, "CPU priority"). Where the work runs: not in `config_hash`.
     nice: dict[str, int] = field(default_factory=dict)
 
     def nice_of(self, kind: str) -> int:

@@ -102,6 +102,39 @@ def test_auto_detection_picks_bubblewrap(code_verifier):
     assert Sandbox(allow_unsandboxed=True).isolation is Isolation.BWRAP
 
 
+AUTOGROUP = "import os\nprint(open('/proc/self/autogroup').read().split()[-1], os.getpriority(0, 0))\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="kernel without autogroup")
+@pytest.mark.parametrize("isolation", ["bwrap", "namespaces", "rlimits-only"])
+def test_a_sandbox_started_at_a_nice_value_gives_its_session_that_value(isolation):
+    # A sandbox is a session of its own, so where autogroup is on it is one scheduling group,
+    # weighed against all of the caller's threads by the group's nice value alone.
+    seen: dict[int, object] = {}
+
+    def start_and_probe(nice: int) -> None:
+        os.nice(nice)  # this thread only (Linux)
+        try:
+            sandbox = Sandbox(isolation, allow_unsandboxed=True)
+        except SandboxUnavailable as err:
+            seen[nice] = err
+            return
+        try:
+            with sandbox.session() as session:
+                seen[nice] = session.run({"main.py": AUTOGROUP}, Limits(wall_s=10), python_main="main.py")
+        finally:
+            sandbox.close()
+
+    for nice in (0, 7):
+        thread = threading.Thread(target=start_and_probe, args=(nice,))
+        thread.start()
+        thread.join()
+    if isinstance(seen[0], SandboxUnavailable):
+        pytest.skip(f"{isolation} unavailable here: {seen[0]}")
+    assert seen[0].ok and seen[0].stdout.split() == ["0", "0"], seen[0]
+    assert seen[7].ok and seen[7].stdout.split() == ["7", "7"], seen[7]
+
+
 def test_session_steps_are_fresh_but_compile_outputs_persist(code_verifier):
     sandbox = code_verifier.sandbox
     with sandbox.session() as session:

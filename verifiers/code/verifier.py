@@ -17,8 +17,9 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,13 +229,42 @@ class CodeVerifier:
     ) -> list[VerifyResult]:
         """Verify many completions, `workers` at a time, in input order; a row with an
         unusable reference gets `bad_reference` and every other row is verified."""
+        parsed, futures = self._start(completions, references)
+        return [ref if f is None else f.result() for f, ref in zip(futures, parsed, strict=True)]
+
+    def verify_batch_as_ready(
+        self, completions: Sequence[str], references: Sequence[Any]
+    ) -> Iterator[list[tuple[int, VerifyResult]]]:
+        """`verify_batch`'s verdicts as they are decided: lists of (input position, result).
+
+        Every position comes once, as soon as its completion's steps are done, so no item waits
+        for a slower one of the same batch. Closing the iterator early cancels what has not started.
+        """
+        parsed, futures = self._start(completions, references)
+        unusable = [(pos, ref) for pos, ref in enumerate(parsed) if isinstance(ref, VerifyResult)]
+        if unusable:
+            yield unusable
+        position = {f: pos for pos, f in enumerate(futures) if f is not None}
+        running = set(position)
+        try:
+            while running:
+                done, running = wait_futures(running, return_when=FIRST_COMPLETED)
+                yield [(position[f], f.result()) for f in done]
+        finally:
+            for f in running:
+                f.cancel()
+
+    def _start(
+        self, completions: Sequence[str], references: Sequence[Any]
+    ) -> tuple[list[CodeReference | VerifyResult], list[Future[VerifyResult] | None]]:
+        """Parse every reference and queue each usable row on the sandbox threads."""
         if len(completions) != len(references):
             raise ValueError(
                 f"got {len(completions)} completions but {len(references)} references"
             )
-        if not completions:
-            return []
         parsed = [self._parse(ref) for ref in references]
+        if not completions:
+            return parsed, []
         with self._executor_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="veristep-code")
@@ -243,7 +273,7 @@ class CodeVerifier:
             None if isinstance(ref, VerifyResult) else executor.submit(self._verify_parsed, c, ref)
             for c, ref in zip(completions, parsed, strict=True)
         ]
-        return [ref if f is None else f.result() for f, ref in zip(futures, parsed, strict=True)]
+        return parsed, futures
 
     def _parse(self, reference: Any) -> CodeReference | VerifyResult:
         try:

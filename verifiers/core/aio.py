@@ -4,10 +4,13 @@ Every verifier already has a thread-safe, parallel `verify_batch` backed by its 
 processes for math, tools and format; sandbox threads for code). The async API reuses exactly
 that, with no second pool and no thread per call: each verifier gets one `AsyncBridge` with a
 fixed number of *lanes* (threads, 4 by default). Callers put items on the bridge's queue and
-await futures; an idle lane takes every item waiting (up to `max_batch`), runs one
-`verify_batch` over them, and hands each result back to the caller's event loop with
-`loop.call_soon_threadsafe`. Under load, items from many concurrent callers travel in one batch
-(so a reference shared by a group is parsed once); at low load a lone item goes at once.
+await futures; an idle lane takes every item waiting (up to `max_batch`) and runs them as one
+batch. Under load, items from many concurrent callers travel in one batch (so a reference
+shared by a group is parsed once); at low load a lone item goes at once. Results go back to
+the callers' event loops with `loop.call_soon_threadsafe` as they are decided: a verifier with
+`verify_batch_as_ready` (math, code) gives each verdict when it lands, so a caller whose items
+are done never waits for a slower item of the same batch (one that runs to its time limit);
+with only `verify_batch`, the batch's results go back together.
 
 Guarantees:
 * The event loop never blocks: the only work done on it is queueing and setting futures.
@@ -34,7 +37,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +55,7 @@ __all__ = [
     "bridge_for",
     "configure_async",
     "run_batch",
+    "run_batch_as_ready",
 ]
 
 #: Lanes (threads) per verifier: enough to overlap one batch's in-process work with another's
@@ -197,21 +201,23 @@ class AsyncBridge:
             jobs = self._take()
             if jobs is None:
                 return
-            try:
-                outcomes = self._run(jobs)
-            except BaseException as exc:  # noqa: BLE001 - never leave a caller waiting
-                outcomes = [exc] * len(jobs)
-            _deliver(jobs, outcomes)
+            self._run(jobs)
             with self._cv:
                 self._idle += 1
                 self.batches += 1
                 self.items += len(jobs)
 
-    def _run(self, jobs: list[_Job]) -> list[VerifyResult | BaseException]:
-        verifier = self._verifier()
-        if verifier is None:
-            return [RuntimeError("the verifier was garbage-collected")] * len(jobs)
-        return run_batch(verifier, [j.completion for j in jobs], [j.reference for j in jobs])
+    def _run(self, jobs: list[_Job]) -> None:
+        """Verify a batch, handing each group of verdicts to its callers as it is decided."""
+        left = dict(enumerate(jobs))
+        try:
+            verifier = self._verifier()
+            if verifier is None:
+                raise RuntimeError("the verifier was garbage-collected")
+            for group in run_batch_as_ready(verifier, [j.completion for j in jobs], [j.reference for j in jobs]):
+                _deliver([left.pop(i) for i, _ in group], [outcome for _, outcome in group])
+        except BaseException as exc:  # noqa: BLE001 - never leave a caller waiting
+            _deliver(list(left.values()), [exc] * len(left))
 
 
 def run_batch(verifier: Any, completions: Sequence[Any], references: Sequence[Any],
@@ -235,6 +241,36 @@ def run_batch(verifier: Any, completions: Sequence[Any], references: Sequence[An
         except Exception as exc:  # noqa: BLE001 - that item's own error
             out.append(exc)
     return out
+
+
+def run_batch_as_ready(verifier: Any, completions: Sequence[Any], references: Sequence[Any],
+                       ) -> Iterator[list[tuple[int, VerifyResult | BaseException]]]:
+    """`run_batch`'s outcomes in groups of (position, outcome), each as soon as it is decided.
+
+    Uses the verifier's `verify_batch_as_ready` when it has one (every position once, in any
+    order); positions it did not give, because it raised or stopped short, are then run by
+    `run_batch`. A verifier without it gives all its outcomes in one group.
+    """
+    as_ready = getattr(verifier, "verify_batch_as_ready", None)
+    if as_ready is None:
+        yield list(enumerate(run_batch(verifier, completions, references)))
+        return
+    given = [False] * len(completions)
+    try:
+        for group in as_ready(list(completions), list(references)):
+            fresh = []
+            for pos, result in group:
+                if isinstance(pos, int) and 0 <= pos < len(given) and not given[pos]:
+                    given[pos] = True
+                    fresh.append((pos, result))
+            if fresh:
+                yield fresh
+    except Exception:  # noqa: BLE001 - the rest are run again below, each error kept to its item
+        pass
+    rest = [pos for pos, done in enumerate(given) if not done]
+    if rest:
+        outcomes = run_batch(verifier, [completions[p] for p in rest], [references[p] for p in rest])
+        yield list(zip(rest, outcomes, strict=True))
 
 
 def check_nice(nice: int) -> None:

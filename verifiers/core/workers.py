@@ -29,6 +29,7 @@ import enum
 import multiprocessing
 import os
 import pickle
+import queue
 import select
 import signal
 import socket
@@ -89,6 +90,7 @@ class _Sink:
     remaining: int
     done: threading.Event = field(default_factory=threading.Event)
     abandoned: bool = False  # the caller stopped waiting (e.g. its SIGALRM handler raised)
+    listener: queue.SimpleQueue | None = None  # told (sink, index) of each result as it lands
 
     def put(self, index: int, result: ItemResult) -> None:
         """Record one result (first write wins) and wake the caller when all are in."""
@@ -96,6 +98,8 @@ class _Sink:
             return
         self.results[index] = result
         self.remaining -= 1
+        if self.listener is not None:
+            self.listener.put((self, index))
         if self.remaining <= 0:
             self.done.set()
 
@@ -384,11 +388,16 @@ class WorkerPool:
         chunks: Sequence[tuple[Any, Sequence[Any]]],
         limit: float,
         call_deadline: float | None = None,
+        listener: queue.SimpleQueue | None = None,
     ) -> Submission:
-        """Queue chunks and return at once; `wait` collects their results."""
+        """Queue chunks and return at once; `wait` collects their results.
+
+        With a `listener` (one queue for any number of submissions), `as_ready` can collect
+        them instead, each result as soon as it lands.
+        """
         sizes = [len(items) for _, items in chunks]
         total = sum(sizes)
-        sink = _Sink([None] * total, total)
+        sink = _Sink([None] * total, total, listener=listener)
         now = time.monotonic()
         # the worst case: every item of every chunk runs to its limit, `size` at a time, after
         # every chunk already queued or running (they go first) has done the same
@@ -439,18 +448,72 @@ class WorkerPool:
             self._wake()
             raise
         results = list(sink.results)
-        if any(r is None for r in results) and not stopped and self._dispatcher_alive():
-            # nothing answered in the worst-case time: the owner builds a new pool; stop this one
-            self._stuck = True
-            threading.Thread(target=self.close, name="veristep-pool-close", daemon=True).start()
-        fallback = (ItemResult(Outcome.ERROR, detail=stopped) if stopped
-                    else ItemResult(Outcome.TIMEOUT, detail="no answer from the worker pool in time"))
+        fallback = self._given_up(any(r is None for r in results), stopped)
         out: list[list[ItemResult]] = []
         pos = 0
         for size in sub.sizes:
             out.append([r if r is not None else fallback for r in results[pos : pos + size]])
             pos += size
         return out
+
+    def as_ready(self, subs: Sequence[Submission]) -> Iterator[list[tuple[int, int, ItemResult]]]:
+        """Yield results as they land: lists of (submission's position in `subs`, item index, result).
+
+        The submissions must share one `listener` (see `submit`). Every item comes once; items
+        without a result by their submission's deadline come as in `wait`. Closing the iterator
+        early abandons the work still running (as a caller that stops waiting does).
+        """
+        if not subs:
+            return
+        listener = subs[0].sink.listener
+        if listener is None or any(sub.sink.listener is not listener for sub in subs):
+            raise ValueError("as_ready needs submissions that share one listener")
+        where = {id(sub.sink): pos for pos, sub in enumerate(subs)}
+        unseen = {pos: set(range(len(sub.sink.results))) for pos, sub in enumerate(subs)}
+        unseen = {pos: left for pos, left in unseen.items() if left}
+        try:
+            while unseen:
+                soonest = min(subs[pos].wait_deadline for pos in unseen)
+                try:
+                    landed = [listener.get(timeout=min(1.0, max(0.0, soonest - time.monotonic())))]
+                except queue.Empty:
+                    landed = []
+                while True:  # everything that has landed by now goes out together
+                    try:
+                        landed.append(listener.get_nowait())
+                    except queue.Empty:
+                        break
+                out = []
+                for sink, index in landed:
+                    pos = where.get(id(sink))
+                    if pos in unseen and index in unseen[pos]:
+                        unseen[pos].discard(index)
+                        out.append((pos, index, sink.results[index]))
+                stopped = "" if self._dispatcher_alive() else (self._start_error or "the worker pool stopped")
+                for pos in [p for p in unseen if not unseen[p]]:
+                    del unseen[pos]
+                for pos in [p for p in unseen if stopped or time.monotonic() >= subs[p].wait_deadline]:
+                    sink = subs[pos].sink
+                    if stopped:
+                        sink.done.wait(0.2)  # its last results may be on their way
+                    fallback = self._given_up(any(sink.results[i] is None for i in unseen[pos]), stopped)
+                    out += [(pos, i, sink.results[i] or fallback) for i in sorted(unseen.pop(pos))]
+                if out:
+                    yield out
+        finally:
+            if unseen:  # nobody will read these results: free the workers for the next call
+                for pos in unseen:
+                    subs[pos].sink.abandoned = True
+                self._wake()
+
+    def _given_up(self, missing: bool, stopped: str) -> ItemResult:
+        """What an item without a result gets; a pool that let one time out is retired."""
+        if missing and not stopped and self._dispatcher_alive():
+            # nothing answered in the worst-case time: the owner builds a new pool; stop this one
+            self._stuck = True
+            threading.Thread(target=self.close, name="veristep-pool-close", daemon=True).start()
+        return (ItemResult(Outcome.ERROR, detail=stopped) if stopped
+                else ItemResult(Outcome.TIMEOUT, detail="no answer from the worker pool in time"))
 
     @property
     def usable(self) -> bool:

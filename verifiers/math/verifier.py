@@ -11,15 +11,16 @@ than `INLINE_CHARS` is handed to a worker whole, so even its extraction runs und
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.result import Status, VerifyResult
 from ..core.text import is_truncated
-from ..core.workers import Outcome, Submission, WorkerPool
+from ..core.workers import ItemResult, Outcome, Submission, WorkerPool
 from .equiv import EquivConfig, PercentMode, Verdict
 from .extract import (
     EXTRACTION_MODES,
@@ -57,7 +58,7 @@ class _Submitted:
 
     pool: WorkerPool
     submission: Submission
-    owners: list[list[list[tuple[int, Extraction | None]]]]  # chunk -> item -> [(position, extraction)]
+    owners: list[list[tuple[int, Extraction | None]]]  # item, in queued order -> [(position, extraction)]
     started: float
 
 
@@ -127,6 +128,34 @@ class MathVerifier:
             )
         return self._verify_many(list(completions), list(references), single_call=False)
 
+    def verify_batch_as_ready(
+        self, completions: Sequence[str], references: Sequence[Any]
+    ) -> Iterator[list[tuple[int, VerifyResult]]]:
+        """`verify_batch`'s verdicts as they are decided: lists of (input position, result).
+
+        Every position comes once: those decided in this process first, then each worker
+        result as it lands, so no item waits for a slower one of the same batch.
+        """
+        if len(completions) != len(references):
+            raise ValueError(
+                f"got {len(completions)} completions but {len(references)} references; pass one each"
+            )
+        listener: queue.SimpleQueue = queue.SimpleQueue()
+        results, submitted = self._start(list(completions), list(references), False, listener)
+        decided = [(pos, res) for pos, res in enumerate(results) if res is not None]
+        if decided:
+            yield decided
+        if not submitted:
+            return
+        pools = {id(sub.pool) for sub in submitted}
+        if len(pools) > 1:  # the pool was replaced mid-batch: collect each submission whole
+            for sub in submitted:
+                yield [pair for flat, item in enumerate(_flat(sub.pool.wait(sub.submission)))
+                       for pair in self._placed(sub, flat, item, False)]
+            return
+        for landed in submitted[0].pool.as_ready([sub.submission for sub in submitted]):
+            yield [pair for which, flat, item in landed for pair in self._placed(submitted[which], flat, item, False)]
+
     def close(self) -> None:
         """Stop the worker processes (a later call starts new ones)."""
         pool, self._pool = self._pool, None
@@ -167,6 +196,19 @@ class MathVerifier:
         return prepare_reference(reference)
 
     def _verify_many(self, completions: list[Any], references: list[Any], single_call: bool) -> list[VerifyResult]:
+        results, submitted = self._start(completions, references, single_call)
+        for sub in submitted:
+            outcomes = sub.pool.wait(sub.submission)
+            for flat, item in enumerate(_flat(outcomes)):
+                for pos, res in self._placed(sub, flat, item, single_call):
+                    results[pos] = res
+        return [r for r in results if r is not None]
+
+    def _start(
+        self, completions: list[Any], references: list[Any], single_call: bool,
+        listener: queue.SimpleQueue | None = None,
+    ) -> tuple[list[VerifyResult | None], list[_Submitted]]:
+        """Decide what this process can; queue the rest on the pool (results at their positions)."""
         start_all = time.monotonic()
         refs: dict[str, Reference] = {}
         results: list[VerifyResult | None] = [None] * len(completions)
@@ -179,7 +221,7 @@ class MathVerifier:
             if n_pending >= _STREAM_AT and key != prev_key:
                 # hand finished groups to the workers now, so sympy work overlaps with the
                 # in-process pass over the rest of the batch
-                submitted.append(self._submit(pending, start_all, single_call))
+                submitted.append(self._submit(pending, start_all, single_call, listener))
                 pending, n_pending = {}, 0
             prev_key = key
             ref = refs.get(key)
@@ -198,10 +240,8 @@ class MathVerifier:
                     n_pending += 1
                 group.setdefault(item[0], []).append((pos, item[1]))
         if pending:
-            submitted.append(self._submit(pending, start_all, single_call))
-        for sub in submitted:
-            self._collect(sub, results, single_call)
-        return [r for r in results if r is not None]
+            submitted.append(self._submit(pending, start_all, single_call, listener))
+        return results, submitted
 
     def _fast_path(
         self, completion: Any, ref: Reference
@@ -235,34 +275,40 @@ class MathVerifier:
                 owners.append([where for _, where in part])
         return chunks, owners
 
-    def _submit(self, pending: _Pending, start_all: float, single_call: bool) -> _Submitted:
+    def _submit(self, pending: _Pending, start_all: float, single_call: bool,
+                listener: queue.SimpleQueue | None) -> _Submitted:
         """Queue undecided items on the pool, grouped by reference; return at once."""
         pool = self._get_pool()
         chunks, owners = self._plan_chunks(pending, pool.size)
         deadline = start_all + self.timeout + CALL_GRACE_S if single_call else None
-        return _Submitted(pool, pool.submit(chunks, self.timeout, deadline), owners, time.perf_counter())
+        return _Submitted(pool, pool.submit(chunks, self.timeout, deadline, listener),
+                          [where for owner in owners for where in owner], time.perf_counter())
 
     @staticmethod
-    def _collect(sub: _Submitted, results: list[VerifyResult | None], single_call: bool) -> None:
-        """Wait for a submission and turn its item outcomes into results at their positions."""
-        outcomes = sub.pool.wait(sub.submission)
+    def _placed(sub: _Submitted, flat: int, item: ItemResult, single_call: bool) -> list[tuple[int, VerifyResult]]:
+        """One worker outcome (the submission's `flat`-th item) as results at its input positions."""
+        found = None
+        if item.outcome is Outcome.OK:
+            status, detail, close, packed = item.value
+            verdict = Verdict(Status(status), detail, close)
+            found = unpack(packed)
+        elif item.outcome is Outcome.TIMEOUT:
+            verdict = Verdict(Status.TIMEOUT, item.detail)
+        else:
+            verdict = Verdict(Status.INTERNAL_ERROR, item.detail)
         wall = time.perf_counter() - sub.started
-        for owner, chunk_results in zip(sub.owners, outcomes, strict=True):
-            for where, item in zip(owner, chunk_results, strict=True):
-                found = None
-                if item.outcome is Outcome.OK:
-                    status, detail, close, packed = item.value
-                    verdict = Verdict(Status(status), detail, close)
-                    found = unpack(packed)
-                elif item.outcome is Outcome.TIMEOUT:
-                    verdict = Verdict(Status.TIMEOUT, item.detail)
-                else:
-                    verdict = Verdict(Status.INTERNAL_ERROR, item.detail)
-                for pos, ext in where:
-                    res = _result(verdict, ext if ext is not None else found)
-                    res.timings["worker_s"] = item.seconds
-                    res.timings["total_s"] = wall if single_call else item.seconds
-                    results[pos] = res
+        placed = []
+        for pos, ext in sub.owners[flat]:
+            res = _result(verdict, ext if ext is not None else found)
+            res.timings["worker_s"] = item.seconds
+            res.timings["total_s"] = wall if single_call else item.seconds
+            placed.append((pos, res))
+        return placed
+
+
+def _flat(per_chunk: list[list[ItemResult]]) -> list[ItemResult]:
+    """A submission's results per chunk as one list, in the order its items were queued."""
+    return [item for chunk in per_chunk for item in chunk]
 
 
 def _result(verdict: Verdict, ext: Extraction | None) -> VerifyResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -325,3 +326,52 @@ def test_workers_forked_beside_an_event_loop_print_no_stray_tracebacks() -> None
                           timeout=120)
     assert "squared [9]" in done.stdout, done.stderr[-2000:]
     assert "Bad file descriptor" not in done.stderr, done.stderr[-2000:]
+
+
+def test_as_ready_gives_each_result_as_it_lands_across_submissions(pool: WorkerPool) -> None:
+    listener = queue.SimpleQueue()
+    hung = pool.submit([(1, [1, "hang", 3])], limit=1.0, listener=listener)
+    quick = pool.submit([(2, [4, 5]), (3, [6])], limit=1.0, listener=listener)
+    order = [(which, index, r.outcome, r.value)
+             for group in pool.as_ready([hung, quick]) for which, index, r in group]
+    assert sorted(order, key=lambda x: (x[0], x[1])) == [
+        (0, 0, Outcome.OK, 1), (0, 1, Outcome.TIMEOUT, None), (0, 2, Outcome.OK, 3),
+        (1, 0, Outcome.OK, 8), (1, 1, Outcome.OK, 10), (1, 2, Outcome.OK, 18)]
+    # the other submission's items came before the hung item's verdict, not after it
+    hung_at = order.index((0, 1, Outcome.TIMEOUT, None))
+    assert all(order.index(x) < hung_at for x in order if x[0] == 1)
+
+
+def test_as_ready_needs_one_listener_and_gives_up_at_the_deadline(monkeypatch) -> None:
+    p = WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None)
+    try:
+        with pytest.raises(ValueError, match="listener"):
+            list(p.as_ready([p.submit([(1, [1])], limit=5.0)]))
+        with pytest.raises(ValueError, match="listener"):
+            list(p.as_ready([p.submit([(1, [1])], limit=5.0, listener=queue.SimpleQueue()),
+                             p.submit([(1, [2])], limit=5.0, listener=queue.SimpleQueue())]))
+    finally:
+        p.close()
+    # a dispatcher that never answers: the worst case, then TIMEOUT (as `wait` does)
+    monkeypatch.setattr(workers_module, "WAIT_GRACE_S", 0.5)
+    stalled = WorkerPool(_prepare, _run, workers=1, memory_limit_mb=None)
+    monkeypatch.setattr(stalled, "_dispatch_loop", lambda: time.sleep(30))
+    start = time.monotonic()
+    sub = stalled.submit([(1, [1, 2])], limit=0.5, listener=queue.SimpleQueue())
+    got = [(i, r.outcome) for group in stalled.as_ready([sub]) for _, i, r in group]
+    assert time.monotonic() - start < 0.5 * 3 + 0.5 * 2 + 0.5 + 1.0
+    assert got == [(0, Outcome.TIMEOUT), (1, Outcome.TIMEOUT)]
+    assert not stalled.usable
+
+
+def test_closing_as_ready_early_frees_the_workers(pool: WorkerPool) -> None:
+    listener = queue.SimpleQueue()
+    sub = pool.submit([(1, [1]), (1, ["hang"]), (1, ["hang"])], limit=60.0, listener=listener)
+    stream = pool.as_ready([sub])
+    first = next(stream)
+    assert [(i, r.value) for _, i, r in first] == [(0, 1)]
+    stream.close()
+    start = time.monotonic()
+    out = pool.run_chunks([(2, [1, 2])], limit=60.0)
+    assert [r.value for r in out[0]] == [2, 4]
+    assert time.monotonic() - start < 10  # not behind two 60 s items nobody reads

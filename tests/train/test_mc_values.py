@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from veristep.prm.mc_values import MCStepScorer, parse_mc_spec
 from veristep.train.config import make_config
 from veristep.train.gated_grpo import train
-from veristep.prm.mc_values import MCStepScorer, parse_mc_spec
 from veristep.train.rewards import OutcomeRewarder
 from veristep.train.rollout import HFRolloutEngine, SamplingConfig
 from veristep.train.tracking import read_metrics

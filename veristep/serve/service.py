@@ -99,8 +99,8 @@ class ServeConfig:
     #: Nice increment per kind (`--nice`; 0 for a kind not in it; Linux, local pools): a kind's
     #: lanes, and what they start (pool workers, sandboxed programs), run that much below the
     #: server's CPU priority (a code sandbox's whole scheduling group too). Off by default: on a
-    #: 2-core machine code at 10 brought tools' p99/p50 from 2.2 to 1.74 under a steady mix but
-    #: answered 39 % fewer code requests, whose tests' wall-clock limits then get less CPU
+    #: 2-core machine code at 10 brought tools' p99/p50 from 1.96 to 1.65 under a steady mix but
+    #: answered 26 % fewer code requests, whose tests' wall-clock limits then get less CPU
     #: (docs/serve.md, "CPU priority"). Where the work runs: not in `config_hash`.
     nice: dict[str, int] = field(default_factory=dict)
 

@@ -145,7 +145,9 @@ def _autogroup_at_own_nice():
         nice = os.getpriority(os.PRIO_PROCESS, 0)
     except OSError:
         return
-    for _ in range(_AUTOGROUP_TRIES if nice > 0 else 0):
+    if nice <= 0:
+        return  # a new group already starts at 0
+    for _ in range(_AUTOGROUP_TRIES):
         try:
             fd = os.open("/proc/self/autogroup", os.O_WRONLY)
         except OSError:

@@ -469,8 +469,7 @@ class WorkerPool:
         if listener is None or any(sub.sink.listener is not listener for sub in subs):
             raise ValueError("as_ready needs submissions that share one listener")
         where = {id(sub.sink): pos for pos, sub in enumerate(subs)}
-        unseen = {pos: set(range(len(sub.sink.results))) for pos, sub in enumerate(subs)}
-        unseen = {pos: left for pos, left in unseen.items() if left}
+        unseen = {pos: set(range(len(sub.sink.results))) for pos, sub in enumerate(subs) if sub.sink.results}
         try:
             while unseen:
                 soonest = min(subs[pos].wait_deadline for pos in unseen)

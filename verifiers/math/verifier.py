@@ -150,8 +150,7 @@ class MathVerifier:
         pools = {id(sub.pool) for sub in submitted}
         if len(pools) > 1:  # the pool was replaced mid-batch: collect each submission whole
             for sub in submitted:
-                yield [pair for flat, item in enumerate(_flat(sub.pool.wait(sub.submission)))
-                       for pair in self._placed(sub, flat, item, False)]
+                yield self._waited(sub, False)
             return
         for landed in submitted[0].pool.as_ready([sub.submission for sub in submitted]):
             yield [pair for which, flat, item in landed for pair in self._placed(submitted[which], flat, item, False)]
@@ -198,10 +197,8 @@ class MathVerifier:
     def _verify_many(self, completions: list[Any], references: list[Any], single_call: bool) -> list[VerifyResult]:
         results, submitted = self._start(completions, references, single_call)
         for sub in submitted:
-            outcomes = sub.pool.wait(sub.submission)
-            for flat, item in enumerate(_flat(outcomes)):
-                for pos, res in self._placed(sub, flat, item, single_call):
-                    results[pos] = res
+            for pos, res in self._waited(sub, single_call):
+                results[pos] = res
         return [r for r in results if r is not None]
 
     def _start(
@@ -284,6 +281,11 @@ class MathVerifier:
         return _Submitted(pool, pool.submit(chunks, self.timeout, deadline, listener),
                           [where for owner in owners for where in owner], time.perf_counter())
 
+    def _waited(self, sub: _Submitted, single_call: bool) -> list[tuple[int, VerifyResult]]:
+        """Wait for a whole submission; its results at their input positions."""
+        items = [item for chunk in sub.pool.wait(sub.submission) for item in chunk]
+        return [pair for flat, item in enumerate(items) for pair in self._placed(sub, flat, item, single_call)]
+
     @staticmethod
     def _placed(sub: _Submitted, flat: int, item: ItemResult, single_call: bool) -> list[tuple[int, VerifyResult]]:
         """One worker outcome (the submission's `flat`-th item) as results at its input positions."""
@@ -304,11 +306,6 @@ class MathVerifier:
             res.timings["total_s"] = wall if single_call else item.seconds
             placed.append((pos, res))
         return placed
-
-
-def _flat(per_chunk: list[list[ItemResult]]) -> list[ItemResult]:
-    """A submission's results per chunk as one list, in the order its items were queued."""
-    return [item for chunk in per_chunk for item in chunk]
 
 
 def _result(verdict: Verdict, ext: Extraction | None) -> VerifyResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 from veristep.verifiers import Status, VerifyResult, get_verifier
@@ -98,6 +99,10 @@ def test_a_request_batched_with_a_hanging_item_is_answered_without_waiting_for_i
     still_waiting, quick_result, hung_result = asyncio.run(main())
     assert quick_result.status is Status.CORRECT
     assert still_waiting and hung_result.status is Status.TIMEOUT
+    # the lane counts its batch after it has handed back the last verdict: wait for the count
+    deadline = time.monotonic() + 5.0
+    while bridge.batches == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert bridge.batches == 1
 
 

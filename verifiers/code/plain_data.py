@@ -135,3 +135,5 @@ def decode_plain(text):
         return _from_plain(json.loads(text), 0)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    except ArithmeticError as err:  # a forged complex with an integer part no float can hold
+        raise ValueError(f"out of range ({err})") from None

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import pyast
 from .plain_data import encode_plain
 
 #: Languages that assertion and function tests exist for (they run in the sandbox's Python).
@@ -295,7 +296,7 @@ def _humaneval(ref: Mapping[str, Any], language: str) -> CodeReference:
     if not isinstance(entry, str) or not entry.isidentifier():
         raise BadReference(f"'entry_point' must be a function name, got {entry!r}")
     try:
-        module = ast.parse(test)
+        module = pyast.parse(test)
     except SyntaxError as err:
         raise BadReference(f"'test' is not valid Python ({err.msg}, line {err.lineno})") from None
     except (ValueError, RecursionError, MemoryError) as err:
@@ -320,7 +321,7 @@ def assertion_test(source: str, defined: frozenset[str] = frozenset()) -> CallTe
     """A function test for assertions of a supported form, else the statement itself;
     `defined`: names the reference's setup binds (never the candidate)."""
     try:
-        checks = _checks_from_statements(ast.parse(source).body, defined)
+        checks = _checks_from_statements(pyast.parse(source).body, defined)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         checks = None  # a syntax error fails in the sandbox too, and is reported there
     return CallTest(checks) if checks is not None else StatementTest(source)
@@ -330,7 +331,7 @@ def _defined_names(setup: str) -> frozenset[str]:
     """Top-level names a setup script binds (empty when it does not parse: it fails in the
     sandbox then, and every check of the item fails with it)."""
     try:
-        return _defined_in(ast.parse(setup).body)
+        return _defined_in(pyast.parse(setup).body)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return frozenset()
 
@@ -375,7 +376,7 @@ def _checks_from_statements(
         check = _check(node.test)
         if check is None:
             return None
-        expr = ast.parse(check.call["expr"], mode="eval").body
+        expr = pyast.parse(check.call["expr"], mode="eval").body
         if not _direct_call(expr, defined):
             check = dataclasses.replace(check, fakeable=True)
         checks.append(check)

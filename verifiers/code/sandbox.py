@@ -171,7 +171,9 @@ class _SandboxProcess:
         self._stdout: int | None = None
         self._stderr: int | None = None
         self._selector: selectors.BaseSelector | None = None
-        self._buffer = b""
+        # Appended to in place: a reply of tens of MiB arrives in pipe-sized chunks, and
+        # `bytes +=` would copy all that came before for each one (quadratic, holding the GIL).
+        self._buffer = bytearray()
         self._hostdir: str | None = None
         self._nonce = secrets.token_hex(16)
         self._owner = os.getpid()  # a forked copy of this process must not touch the sandbox
@@ -279,7 +281,8 @@ class _SandboxProcess:
             if size is None and len(self._buffer) >= 4:
                 (size,) = struct.unpack("<I", self._buffer[:4])
             if size is not None and len(self._buffer) >= 4 + size:
-                frame, self._buffer = self._buffer[4 : 4 + size], self._buffer[4 + size :]
+                frame = bytes(self._buffer[4 : 4 + size])
+                del self._buffer[: 4 + size]
                 return frame
             remaining = deadline - time.monotonic()
             if remaining <= 0:

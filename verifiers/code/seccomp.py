@@ -11,8 +11,10 @@ Two filters, both deny-lists on top of the namespaces and the dropped capabiliti
 - the program filter, stacked by each completion's supervisor once it has built the
   completion's namespaces, denies in addition what only that set-up needs: new namespaces,
   mounts, keyrings altogether; kernel memory outside the memory budget (memfd_create, System V
-  message queues and semaphore arrays, pipe buffers grown with F_SETPIPE_SZ, socket buffers
-  grown with SO_SNDBUF/SO_RCVBUF and their FORCE forms); and anything
+  message queues and semaphore arrays, pipe buffers grown with F_SETPIPE_SZ or filled by
+  vmsplice (a page of a transparent huge page pins all 2 MiB of it), socket buffers grown with
+  SO_SNDBUF/SO_RCVBUF and their FORCE forms, inotify watches, counted per user on the host);
+  and anything
   done to another process of the same uid that could break the container's supervisor
   (resource limits, scheduling class, priority, affinity, I/O priority, process_madvise):
   those calls work on the caller only.
@@ -80,7 +82,7 @@ _COMMON_GENERIC = {  # asm-generic/unistd.h, used by aarch64 and riscv64
     "move_pages": 239, "migrate_pages": 238, "msgget": 186, "semget": 190, "prlimit64": 261,
     "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122,
     "sched_setattr": 274, "setpriority": 140, "ioprio_set": 30, "process_madvise": 440,
-    "fcntl": 25, "setsockopt": 208,
+    "fcntl": 25, "setsockopt": 208, "vmsplice": 75, "inotify_init1": 26,
 }  # fmt: skip
 
 ARCHES: dict[str, Arch] = {
@@ -106,6 +108,7 @@ ARCHES: dict[str, Arch] = {
             "prlimit64": 302, "sched_setparam": 142, "sched_setscheduler": 144,
             "sched_setaffinity": 203, "sched_setattr": 314, "setpriority": 141,
             "ioprio_set": 251, "process_madvise": 440, "fcntl": 72, "setsockopt": 54,
+            "vmsplice": 278, "inotify_init": 253, "inotify_init1": 294,
         },  # fmt: skip
     ),
     "aarch64": Arch(audit=0xC00000B7, numbers=dict(_COMMON_GENERIC)),
@@ -126,7 +129,7 @@ SANDBOX_DENIED = (
 PROGRAM_DENIED = (
     "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
     "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "memfd_create",
-    "msgget", "semget", "process_madvise",
+    "msgget", "semget", "process_madvise", "vmsplice", "inotify_init", "inotify_init1",
 )  # fmt: skip
 #: Allowed to programs only on themselves (first argument 0): the container's supervisor runs
 #: as the same uid, and a limit or a scheduling class set on it would break it.

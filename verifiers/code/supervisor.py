@@ -27,6 +27,7 @@ import atexit
 import builtins
 import ctypes
 import errno
+import fcntl
 import gc
 import io
 import json
@@ -35,6 +36,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import time
@@ -726,7 +728,8 @@ def _set_limits(limits, helpers=2):
         (resource.RLIMIT_NPROC, (nproc, nproc)),
         (resource.RLIMIT_FSIZE, (fsize, fsize)),
         (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
-        (resource.RLIMIT_CORE, (0, 0)),
+        # 1, not 0: a core_pattern that pipes to a helper ignores the limit, except 1.
+        (resource.RLIMIT_CORE, (1, 1)),
         # POSIX message queues are kernel memory outside the budget: the kernel's default cap.
         (resource.RLIMIT_MSGQUEUE, _at_most(resource.RLIMIT_MSGQUEUE, _MSGQUEUE_BYTES)),
     ):
@@ -1052,32 +1055,37 @@ def _clear_folder(folder):
 
     Walks with directory file descriptors and names relative to them, never full paths, so
     that no depth makes a path too long; climbs back with "..", which no process can move
-    (every process of the completion is dead while this runs). Mounts inside the folder (a
-    virtual environment bound there) and entries that cannot be removed are left alone.
+    (every process of the completion is dead while this runs). Each folder is listed once:
+    what cannot be removed is passed over, never looked at again (a folder full of such
+    entries cost one listing per entry). Mounts inside the folder (a virtual environment bound
+    there) and entries that cannot be removed are left alone.
     """
     try:
+        # The program owns the folder itself too, and may have taken its permissions away.
+        mode = os.lstat(folder).st_mode
+        if stat.S_ISDIR(mode) and mode & 0o700 != 0o700:
+            os.chmod(folder, stat.S_IMODE(mode) | 0o700, follow_symlinks=False)
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return
     device = os.fstat(fd).st_dev
-    levels = []  # (name, names to skip) for each folder from `folder` down to where fd points
-    skip = set()
+    levels = []  # (name, its parent's entries still to visit) from `folder` down to fd's
+    pending = _entries(fd)
     try:
         while True:
-            entry = _first_entry(fd, skip)
-            if entry is None:
+            if not pending:
                 if not levels:
                     return
                 parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
                 os.close(fd)
                 fd = parent
-                name, skip = levels.pop()
+                name, pending = levels.pop()
                 try:
                     os.rmdir(name, dir_fd=fd)
                 except OSError:
-                    skip.add(name)  # not empty: something in it could not be removed
+                    pass  # not empty: something in it could not be removed
                 continue
-            name, is_dir = entry
+            name, is_dir = pending.pop()
             try:
                 if not is_dir:
                     os.unlink(name, dir_fd=fd)
@@ -1085,26 +1093,21 @@ def _clear_folder(folder):
                 os.chmod(name, 0o700, dir_fd=fd, follow_symlinks=False)
                 child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError:
-                skip.add(name)
                 continue
             if os.fstat(child).st_dev != device:
                 os.close(child)
-                skip.add(name)
                 continue
             os.close(fd)
             fd = child
-            levels.append((name, skip))
-            skip = set()
+            levels.append((name, pending))
+            pending = _entries(fd)
     finally:
         os.close(fd)
 
 
-def _first_entry(fd, skip):
+def _entries(fd):
     with os.scandir(fd) as entries:
-        for entry in entries:
-            if entry.name not in skip:
-                return entry.name, entry.is_dir(follow_symlinks=False)
-    return None
+        return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
 
 
 def _write(path, data, mode):
@@ -1118,15 +1121,24 @@ def _write(path, data, mode):
 
 
 def _stdin_file(data):
-    """A file holding the test's stdin: a memfd where there is one, else an unlinked temp file."""
+    """A read-only file holding the test's stdin: a sealed memfd where there is one, else an
+    unlinked temp file opened for reading (a writable one is memory no budget counts)."""
     try:
-        fd = os.memfd_create("stdin")
+        fd = os.memfd_create("stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except (AttributeError, OSError):
         import tempfile
 
-        fd, path = tempfile.mkstemp()
-        os.unlink(path)
+        writable, path = tempfile.mkstemp()
+        try:
+            _write_all(writable, data)
+            fd = os.open(path, os.O_RDONLY)
+        finally:
+            os.unlink(path)
+            os.close(writable)
+        return fd
     _write_all(fd, data)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 

@@ -9,7 +9,6 @@ verifiers/code/reference.py for the accepted formats.
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import os
@@ -23,6 +22,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import pyast
 from ..core.result import Status, VerifyResult
 from ..core.workers import default_pool_size
 from .plain_data import decode_plain
@@ -47,7 +47,8 @@ _MEMORY_MARKERS = re.compile(
 _FILE_TOO_LARGE = re.compile(r"File too large|\[Errno 27\]")
 # Host-side patterns on untrusted text are unambiguous (no two ways to split a run), so they
 # are linear: `\d+\.?\d*` alone was quadratic on a long run of digits that is no number.
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z")
+# ASCII digits only: `float` also reads other scripts' digits ("３" as 3).
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 #: Tokens longer than this are compared as text only, never as numbers.
 NUMBER_MAX_CHARS = 1000
 _FENCE_OPEN = re.compile(r"^[ \t]{0,3}+(`{3,}+|~{3,}+)[ \t]*+([^\s`]*+)[^`]*+$")
@@ -548,11 +549,11 @@ def extract_code(completion: str, language: Language | str) -> str | None:
 def looks_like_prose(text: str, language: str) -> bool:
     """Unfenced text that is not code: it does not parse (Python), and most of its lines are
     runs of words without code punctuation."""
-    # ast.parse holds the GIL for its whole run (about 6 s per MB): a longer text is judged by
+    # Parsing holds the GIL for its whole run (about 6 s per MB): a longer text is judged by
     # its lines alone.
     if language == "python" and len(text) <= PARSE_MAX_CHARS:
         try:
-            ast.parse(text)
+            pyast.parse(text)
             return False
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
@@ -624,8 +625,10 @@ def outputs_match(actual: str, expected: str, float_tolerance: float | None = No
                 continue
             if float_tolerance is None or not (_is_number(a) and _is_number(b)):
                 return False
-            if not math.isclose(float(a), float(b), rel_tol=float_tolerance,
-                                abs_tol=float_tolerance):
+            x, y = float(a), float(b)
+            # Beyond a float's range both are inf: only the same text matches (above).
+            if not (math.isfinite(x) and math.isfinite(y)) or not math.isclose(
+                    x, y, rel_tol=float_tolerance, abs_tol=float_tolerance):
                 return False
     return True
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import pyast
+
 
 class ToolFormat(str, enum.Enum):
     """The tool-call syntaxes we read; AUTO picks one from the text."""
@@ -731,7 +733,7 @@ def _py_call(node: ast.AST) -> tuple[str, dict[str, Any]]:
 
 def _py_parse_expr(source: str) -> ast.AST:
     try:
-        return ast.parse(source.strip(), mode="eval").body
+        return pyast.parse(source.strip(), mode="eval").body
     except SyntaxError as err:
         raise _CallSyntaxError(f"invalid Python call syntax: {err.msg}") from None
     except (ValueError, RecursionError, MemoryError) as err:

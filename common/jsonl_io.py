@@ -168,6 +168,8 @@ def parse_record(line_no: int, raw: bytes) -> Record:
         return Record(line_no, error=f"bad JSON ({err.msg} at column {err.colno})")
     except RecursionError:
         return Record(line_no, error="bad JSON (nested too deeply)")
+    except ValueError as err:  # an integer of more than 4,300 digits; its advice is for coders
+        return Record(line_no, error=f"bad JSON ({str(err).partition(';')[0][:120]})")
     if not isinstance(data, dict):
         return Record(line_no, error=f"expected a JSON object, got {type(data).__name__}")
     return Record(line_no, data, text=writable_text(line))

@@ -194,6 +194,8 @@ def test_prose_detection_and_fence_reading_are_linear():
     "\\boxed{5 " + "a" * 150 + "1}",  # "5 apples" rule: exponential in the letters (2.8 s)
     "```" + "a" * 16_000 + "`",  # a long last word: quadratic (4 s)
     "```" + " " * 16_000 + "`",  # trailing chat tokens over white space: quadratic (1.6 s)
+    "So $$\\angle" + " " * 30_000 + "1$$",  # a span read as a name: quadratic (16 s)
+    "\\boxed{5\\text{a" + " " * 620 + "}" + " " * 1_300 + "x}",  # a unit in \text: cubic (6.6 s)
 ])
 def test_math_extraction_in_the_callers_process_is_linear(text):
     from veristep.verifiers.math import MathVerifier
@@ -202,3 +204,26 @@ def test_math_extraction_in_the_callers_process_is_linear(text):
         _start_math_worker(verifier)
         result = _within(1.0, lambda: verifier.verify(text, "42"))
     assert result.status in (Status.NO_ANSWER, Status.WRONG, Status.PARSE_ERROR), result
+
+
+@pytest.mark.parametrize("reference", [
+    "5\\text{a" + " " * 620 + "}" + " " * 1_300 + "x",  # read in the caller: cubic (5 s)
+    "We compute the value of this thing here: $$\\angle" + " " * 24_000 + "1$$",  # (10 s)
+])
+def test_math_references_are_read_in_linear_time(reference):
+    from veristep.verifiers.math.sympy_free import prepare_reference
+
+    assert _within(1.0, lambda: prepare_reference(reference)) is not None
+
+
+def test_a_completion_against_an_unusable_reference_is_not_read_at_all():
+    # It was extracted in the caller whatever its length (even with inline_chars=0, the
+    # server's setting), and came back as `timeout` rather than `bad_reference`.
+    from veristep.verifiers.math import MathVerifier
+
+    text = "So $$\\angle" + " " * 200_000 + "1$$"
+    with MathVerifier(workers=1, timeout=1.0, inline_chars=0) as verifier:
+        result = _within(1.0, lambda: verifier.verify(text, ""))
+        assert result.status is Status.BAD_REFERENCE and result.extracted is None, result
+        result = verifier.verify("so \\boxed{5}", "")
+        assert result.status is Status.BAD_REFERENCE and result.extracted is None, result

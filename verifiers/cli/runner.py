@@ -61,7 +61,7 @@ def make_item(record: Record, verifier: Verifier, completion_key: str = "complet
         return Item(record, result=_unjudged(Status.INPUT_ERROR, missing_key(record, completion_key)))
     try:
         completion = record_completion(record.data, completion_key)  # "truncated" marks it
-    except TypeError as err:
+    except (TypeError, ValueError, RecursionError) as err:
         return Item(record, result=_unjudged(Status.INPUT_ERROR, f"key {completion_key!r}: {err}"))
     if not _is_unicode(completion):
         detail = f"key {completion_key!r}: not valid Unicode text (a lone surrogate escape)"

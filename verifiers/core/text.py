@@ -82,8 +82,8 @@ def _message_text(message: dict[str, Any]) -> str:
             if isinstance(args, str):
                 try:
                     args = json.loads(args)
-                except ValueError:
-                    pass
+                except (ValueError, RecursionError):
+                    pass  # kept as the text it is: the checker judges what the model wrote
             payload = json.dumps({"name": fn.get("name"), "arguments": args}, default=str)
             text += f"\n<tool_call>\n{payload}\n</tool_call>"
     return text

@@ -147,9 +147,10 @@ _CONNECTOR_WORDS = frozenset({"or", "and"})
 _UNIT_LIKE_RE = re.compile(r"(?i)percent(?:age)?|pct")
 # A math span that only names something: $n$, $ABCD$, $f(x)$, $\angle ABC$, $x_1$.
 _NAME_RE = re.compile(
-    r"(?:\\(?:angle|triangle|overline|mathrm|text)\s*\{?\s*)?[A-Za-z]{1,10}(?:_\{?[A-Za-z0-9]{1,4}\}?)?'*"
+    r"(?:\\(?:angle|triangle|overline|mathrm|text)\s*(?:\{\s*)?)?[A-Za-z]{1,10}(?:_\{?[A-Za-z0-9]{1,4}\}?)?'*"
     r"(?:\([A-Za-z]\))?\}?"
 )
+_MAX_NAME = 64  # a name is short; a longer span is never read as one
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,8 @@ def _sentence_start(text: str, ends: list[int], pos: int) -> int:
 
 def _is_name(content: str) -> bool:
     """A math span that only names something ($n$, $ABCD$, $f(x)$), not an answer."""
-    return bool(_NAME_RE.fullmatch(content.strip()))
+    content = content.strip()
+    return len(content) <= _MAX_NAME and bool(_NAME_RE.fullmatch(content))
 
 
 def _is_expression_text(text: str) -> bool:

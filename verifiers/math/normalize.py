@@ -53,6 +53,12 @@ _LEAD_NUMBER_RE = re.compile(r"[-+]?[\d.,/]*+")
 _SUFFIX_RE = re.compile(r"(\s*+)(\\%|%)?(\s*+)")
 # "5 million" is not 5: words that scale the number are never dropped as units
 _MAGNITUDE_RE = re.compile(r"(?i)\b(?:hundred|thousand|million|billion|trillion|dozen|percent|times)\b")
+# A unit in \text{} at the end: words split by single runs of spaces, so that no run of white
+# space can be matched two ways (the pattern this replaced was cubic on one).
+_TRAILING_UNIT_RE = re.compile(
+    r"\\(?:text|mbox|mathrm)\s*\{\s*([A-Za-z]+(?: +[A-Za-z]+)*\.?)\s*\}(?:\s*\^\{?\d\}?)?\s*$"
+)
+_MAX_TRAILING_UNITS = 3
 _SPACE_AFTER_CMD_RE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z0-9])")
 # 1,234 and 12,345,678.5: groups of three after a non-zero lead ("0,111" is a decimal comma)
 _THOUSANDS_RE = re.compile(r"^[-+]?[1-9]\d{0,2}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?$")
@@ -105,10 +111,12 @@ def _unwrap_text(s: str) -> str:
     whole = _TEXT_CMD_RE.fullmatch(stripped)
     if whole:
         return whole.group(1)
-    # trailing "\text{ cm}" / "\mbox{units}" after a value is a unit, not part of the value
-    while True:
-        m = re.search(r"\\(?:text|mbox|mathrm)\s*\{\s*([A-Za-z][A-Za-z ]*\.?)\s*\}\s*(?:\^\{?\d\}?)?\s*$", stripped)
-        if not m or not stripped[: m.start()].strip() or m.group(1).strip() in ("i",):
+    # trailing "\text{ cm}" / "\mbox{units}" after a value is a unit, not part of the value;
+    # "\text{ million}" is part of it. At most a few: each strip searches the whole string.
+    for _ in range(_MAX_TRAILING_UNITS):
+        m = _TRAILING_UNIT_RE.search(stripped)
+        if (not m or not stripped[: m.start()].strip() or m.group(1) in ("i",)
+                or _MAGNITUDE_RE.search(m.group(1))):
             break
         stripped = stripped[: m.start()].rstrip()
     return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)

@@ -10,6 +10,7 @@ worker alike.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -74,6 +75,9 @@ class Decision:
 def prepare_reference(reference: Any) -> Reference:
     """Read a reference as datasets ship it; an unusable one carries its `problem`."""
     raw = reference.decode("utf-8", "replace") if isinstance(reference, bytes) else reference
+    if isinstance(raw, float) and not math.isfinite(raw):
+        # pandas writes a missing label as NaN: it is no answer, not the answer "nan"
+        return Reference(str(raw), "", problem=f"reference is not a number ({raw})")
     raw = "" if raw is None else str(raw)
     if len(raw) > MAX_REFERENCE_CHARS:
         return Reference(raw[:200], "", problem=f"reference longer than {MAX_REFERENCE_CHARS} characters")
@@ -101,9 +105,11 @@ def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMo
     """Decide a pair with exact rules; an undecided Decision carries the prediction for sympy."""
     if not isinstance(completion, str):
         return Decision(Verdict(Status.NO_ANSWER, "completion is not a string"), None)
-    ext = extract_answer(completion, choices=ref.letter is not None, mode=mode)
     if ref.problem:
-        return Decision(Verdict(Status.BAD_REFERENCE, ref.problem), ext)
+        # nothing to compare with, so the completion is not read: a long one would cost the
+        # caller's process its extraction for no verdict
+        return Decision(Verdict(Status.BAD_REFERENCE, ref.problem), None)
+    ext = extract_answer(completion, choices=ref.letter is not None, mode=mode)
     if ext is None:
         return Decision(Verdict(Status.NO_ANSWER, "no final answer found"), None)
     if ext.method in LOOSE_METHODS and is_truncated(completion):

@@ -10,6 +10,7 @@ than `INLINE_CHARS` is handed to a worker whole, so even its extraction runs und
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -107,13 +108,17 @@ class MathVerifier:
 
     # ----------------------------------------------------------------- protocol
 
-    def reference_from_record(self, record: dict[str, Any]) -> str:
+    def reference_from_record(self, record: dict[str, Any]) -> Any:
         """The reference answer of a JSONL record: "answer", else "reference" or "ground_truth"."""
         for key in _REFERENCE_KEYS:
             if key in record:
                 value = record[key]
-                # None stays None: an unusable reference is reported, never judged as "None"
-                return value if value is None or isinstance(value, str) else str(value)
+                # None and NaN stay as they are: an unusable reference is reported, never
+                # judged as the answer "None" or "nan"
+                if value is None or isinstance(value, str) or (
+                        isinstance(value, float) and not math.isfinite(value)):
+                    return value
+                return str(value)
         raise KeyError("answer")
 
     def verify(self, completion: str, reference: Any) -> VerifyResult:

@@ -79,6 +79,9 @@ def test_limit_and_stdout(tmp_path, capsys):
         ('{"id": 4, "completion": 7, "answer": "4"}', ":4: key 'completion'"),
         ("[1, 2]", ":4: expected a JSON object"),
         (b"\xff\xfe{}", ":4: not UTF-8 text"),
+        # Python refuses to read an integer of more than 4,300 digits (a ValueError, not a
+        # JSONDecodeError): it ended the run with a traceback and lost every later line
+        ('{"id": 4, "completion": "Answer: 4", "answer": ' + "1" * 5000 + "}", ":4: bad JSON"),
     ],
 )
 def test_a_bad_line_gets_an_error_line_and_every_other_line_is_verified(
@@ -271,6 +274,19 @@ def test_kind_as_module_path(tmp_path):
                  str(out), "--set", 'components={"exact": 2.0}'])
     assert code == 0
     assert [r["veristep"]["reward"] for r in _read(out)] == [2.0, 0.0, 0.0, 0.0, 2.0]
+
+
+@pytest.mark.parametrize("arguments", ["[" * 100_000 + "]" * 100_000, "1" * 5_000])
+def test_tool_call_arguments_json_cannot_read_are_kept_as_text(tmp_path, arguments):
+    # Both raised out of the completion reader (RecursionError; ValueError past 4,300 digits)
+    # and ended the run with a traceback.
+    call = {"function": {"name": "f", "arguments": arguments}}
+    rows = [ROWS[0], {"completion": [{"role": "assistant", "content": "Answer: 4", "tool_calls": [call]}],
+                      "answer": "4"}, ROWS[1]]
+    src, out = _write(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
+    assert main(["verify", "exact", str(src), "-o", str(out)]) == 0
+    assert [r["veristep"]["status"] for r in _read(out)] == ["correct", "correct", "wrong"]
+    assert arguments[:100] in completion_text(rows[1]["completion"])
 
 
 def test_jsonl_reader_reports_each_bad_line_and_goes_on(tmp_path):

@@ -311,6 +311,28 @@ def test_unusable_references_are_unjudged(verifier: MathVerifier, reference) -> 
         assert res.detail  # says why
 
 
+@pytest.mark.parametrize("reference", [float("nan"), float("inf")])
+def test_a_missing_value_label_is_unjudged(verifier: MathVerifier, reference) -> None:
+    # A NaN is how pandas writes a missing answer: it was read as the answer "nan".
+    for completion in ("$\\boxed{4}$", "$\\boxed{nan}$"):
+        res = verifier.verify(completion, reference)
+        assert res.status is Status.BAD_REFERENCE and res.judged is False, res
+    assert verifier.reference_from_record({"answer": float("nan")}) != "nan"
+
+
+@pytest.mark.parametrize(("completion", "reference"), [
+    ("$\\boxed{5\\text{ million}}$", "5"),
+    ("$\\boxed{5}$", "5\\text{ million}"),
+    ("$\\boxed{3\\text{ thousand}}$", "3"),
+    ("$\\boxed{2\\text{ dozen}}$", "2"),
+    ("$\\boxed{1.2\\text{ billion}}$", "1.2"),
+    ("So it is $5\\text{ million}$.", "5"),
+])
+def test_a_magnitude_word_in_text_is_not_a_unit(verifier: MathVerifier, completion, reference) -> None:
+    assert verifier.verify(completion, reference).status is Status.WRONG
+    assert verifier.verify("$\\boxed{5\\text{ cm}}$", "5").status is Status.CORRECT  # a unit
+
+
 def test_a_reference_sympy_cannot_parse_is_unjudged(verifier: MathVerifier) -> None:
     res = verifier.verify("$\\boxed{x^2+1}$", "\\sqrt{")
     assert res.status is Status.BAD_REFERENCE and res.judged is False

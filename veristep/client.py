@@ -120,9 +120,10 @@ class _Policy:
                 pass
         return delay if delay < remaining else None
 
-    def call(self, endpoint: str, kind: str | None, deadline: float | None) -> _Call:
-        """The retry state of one POST to `endpoint` (for `kind`) that must end by `deadline` s."""
-        return _Call(self, self.path(endpoint, kind), time.monotonic() + (deadline or self.deadline))
+    def call(self, endpoint: str, body: Any, kind: str | None, deadline: float | None) -> _Call:
+        """The retry state of one POST of `body` to `endpoint` (`kind`'s), to end by `deadline` s."""
+        return _Call(self, self.path(endpoint, kind), _json_body(body),
+                     time.monotonic() + (deadline or self.deadline))
 
     def chunks(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Native request bodies of at most `chunk` rows each, in order."""
@@ -158,8 +159,8 @@ class _Call:
     raises `ServeError` (a 4xx, or no retry fits before the deadline).
     """
 
-    def __init__(self, policy: _Policy, url: str, end: float) -> None:
-        self.policy, self.url, self.end = policy, url, end
+    def __init__(self, policy: _Policy, url: str, content: bytes, end: float) -> None:
+        self.policy, self.url, self.content, self.end = policy, url, content, end
         self.attempt = 0
 
     def timeout(self) -> float:
@@ -177,6 +178,17 @@ class _Call:
                              response.status_code if response is not None else None)
         self.attempt += 1
         return False, wait
+
+
+def _json_body(body: Any) -> bytes:
+    """`body` as JSON the server reads back: NaN and Infinity as Python's, lone surrogates escaped."""
+    # httpx's `json=` refuses both (allow_nan=False, strict UTF-8): one such item in a batch
+    # raised for the whole batch, and a trainer lost every reward of its step
+    return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+#: The headers of every POST, whose body is `_json_body`'s.
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def _pairs_as_rows(completions: Sequence[Any], references: Sequence[Any]) -> list[dict[str, Any]]:
@@ -211,11 +223,12 @@ class VeristepClient:
 
     def post(self, endpoint: str, body: Any, kind: str | None = None, deadline: float | None = None) -> Any:
         """POST JSON with retries until `deadline` seconds have passed; the reply's JSON."""
-        call = self.policy.call(endpoint, kind, deadline)
+        call = self.policy.call(endpoint, body, kind, deadline)
         while True:
             response, error = None, None
             try:
-                response = self._http.post(call.url, json=body, timeout=call.timeout())
+                response = self._http.post(call.url, content=call.content, headers=_JSON_HEADERS,
+                                           timeout=call.timeout())
             except httpx.TransportError as err:
                 error = err
             done, value = call.settle(response, error)
@@ -265,11 +278,12 @@ class AsyncVeristepClient:
 
     async def post(self, endpoint: str, body: Any, kind: str | None = None, deadline: float | None = None) -> Any:
         """POST JSON with retries until `deadline` seconds have passed; the reply's JSON."""
-        call = self.policy.call(endpoint, kind, deadline)
+        call = self.policy.call(endpoint, body, kind, deadline)
         while True:
             response, error = None, None
             try:
-                response = await self._http.post(call.url, json=body, timeout=call.timeout())
+                response = await self._http.post(call.url, content=call.content, headers=_JSON_HEADERS,
+                                                 timeout=call.timeout())
             except httpx.TransportError as err:
                 error = err
             done, value = call.settle(response, error)
@@ -323,14 +337,15 @@ class RemoteVerifier:
     def reference_from_record(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record itself: the server reads the reference with its own kind's parser.
 
-        Fields that cannot travel as JSON (an image, a tensor) stay behind.
+        Fields that cannot travel as JSON (an image, a tensor) stay behind; NaN and lone
+        surrogates travel (`_json_body`).
         """
         out = {}
         for key, value in record.items():
             if key == "completion":
                 continue
             try:
-                json.dumps(value)
+                _json_body(value)
             except (TypeError, ValueError):
                 continue
             out[key] = value

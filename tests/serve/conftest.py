@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +84,13 @@ def server(tmp_path_factory) -> Iterator[Server]:
                        "--max-body-mb", "1", "--set", "code.timeout=10")
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def server_starter() -> Callable[..., Server]:
+    """`_start_server` itself, for a test module's own module-scoped server fixture."""
+    pytest.importorskip("uvicorn")
+    return _start_server
 
 
 @pytest.fixture

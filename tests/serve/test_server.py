@@ -336,7 +336,8 @@ def test_server_processes_exit_when_their_parent_is_killed(start_server):
     (["nope"], "unknown verifier kind 'nope'"),
     (["math", "--set", "math.nosuch=1"], "has no option 'nosuch'"),
     (["math", "--set", "code.timeout=1"], "not one of the served kinds"),
-    (["math", "--unjudged-reward", "abc"], "--unjudged-reward must be a number or null"),
+    (["math", "--unjudged-reward", "abc"], "--unjudged-reward must be a finite number or null"),
+    (["math", "--header-timeout", "0"], "--header-timeout must be > 0"),
     (["math", "--processes", "2", "--port", "0"], "needs a fixed --port"),
     (["math", "--set", "timeout=-1"], "bad verifier configuration"),
 ])

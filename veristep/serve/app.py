@@ -32,10 +32,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .jsontext import loads_with_row_text
+from .jsontext import loads_with_row_text, plain_reason
 from .metrics import CONTENT_TYPE, Metrics
 from .service import (
     RequestError,
+    ServeConfig,
     Service,
     check_list_of,
     check_types,
@@ -43,6 +44,7 @@ from .service import (
     cut_flag,
     mark_cut,
     slime_cut,
+    unjudged_reward_of,
 )
 
 NDJSON = "application/x-ndjson"
@@ -116,7 +118,7 @@ def create_app(service: Service) -> Starlette:
     @endpoint("verify")
     async def verify(request: Request) -> Response:
         kind, _ = service.verifier(request.path_params.get("kind"))
-        raw = await _read_body(request, service.config.max_body_bytes)
+        raw = await _read_body(request, service.config)
         deadline = _deadline(request)
         key = request.query_params.get("completion_key")
         if _content_type(request) == NDJSON:
@@ -137,7 +139,7 @@ def create_app(service: Service) -> Starlette:
     @endpoint("get_reward")
     async def get_reward(request: Request) -> Response:
         kind, _ = service.verifier(request.path_params.get("kind"))
-        body = check_types(await _json(await _read_body(request, service.config.max_body_bytes)),
+        body = check_types(await _json(await _read_body(request, service.config)),
                            {"query": (list,)}, "get_reward")
         queries = body["query"]
         check_list_of(queries, (str,), "query", "get_reward")
@@ -157,7 +159,7 @@ def create_app(service: Service) -> Starlette:
     @endpoint("slime")
     async def slime(request: Request) -> Response:
         kind, _ = service.verifier(request.path_params.get("kind"))
-        body = check_types(await _json(await _read_body(request, service.config.max_body_bytes)),
+        body = check_types(await _json(await _read_body(request, service.config)),
                            {"response": (str,)}, "slime request")
         unjudged = _unjudged_value(body, service.config.unjudged_reward)
         response = mark_cut([body["response"]], [slime_cut(body)])
@@ -225,8 +227,9 @@ def _content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes `limit` bytes (declared or streamed)."""
+async def _read_body(request: Request, config: ServeConfig) -> bytes:
+    """The body: 413 once past the size limit (declared or streamed), 408 if it comes too slowly."""
+    limit = config.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -234,12 +237,24 @@ async def _read_body(request: Request, limit: int) -> bytes:
                 raise RequestError(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
         except ValueError:
             raise RequestError(400, f"bad Content-Length {declared!r}") from None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+
+    # a client that stops sending mid-body would hold its connection (and a slot of
+    # --max-connections) for ever; one that sends 1 MB/s has time for the largest body
+    seconds = config.header_timeout_s + limit / (1 << 20)
+    try:
+        await asyncio.wait_for(read(), seconds)
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"body not received within {seconds:g} s",
+                           {"Connection": "close"}) from None
     return b"".join(chunks)
 
 
@@ -257,6 +272,8 @@ async def _json(raw: bytes) -> Any:
             raise RequestError(400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
         except RecursionError:
             raise RequestError(400, "malformed JSON: nested too deeply") from None
+        except ValueError as err:  # json.loads's other refusal: an integer past Python's digit limit
+            raise RequestError(400, f"unreadable JSON: {plain_reason(err)}") from None
 
     return await asyncio.to_thread(parse) if len(raw) > _OFFLOAD_BYTES else parse()
 
@@ -290,10 +307,10 @@ def _column(body: dict[str, Any], name: str, n: int) -> list[Any]:
 def _unjudged_value(body: dict[str, Any], default: float | None) -> float | None:
     if "unjudged_reward" not in body:
         return default
-    value = body["unjudged_reward"]
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise RequestError(422, f"unjudged_reward must be a number or null, got {type(value).__name__}")
-    return None if value is None else float(value)
+    try:
+        return unjudged_reward_of(body["unjudged_reward"])
+    except ValueError as err:
+        raise RequestError(422, f"unjudged_reward {err}") from None
 
 
 def _deadline(request: Request) -> float | None:

@@ -47,9 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds a request may take; items without a verdict by then are "
                         "answered `timeout` (a request may ask for less: X-Veristep-Deadline)")
     parser.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body")
+    parser.add_argument("--header-timeout", type=float, default=10.0,
+                        help="seconds a connection has to send a request's head, else it is "
+                        "closed; a body gets that plus 1 s per MB of --max-body-mb, else 408 (a "
+                        "half-sent request holds one of --max-connections)")
     parser.add_argument("--unjudged-reward", default="0.0",
-                        help="the reward OpenRLHF and slime get for an unjudged item (a number or "
-                        "'null'); its status travels beside it either way")
+                        help="the reward OpenRLHF and slime get for an unjudged item (a finite "
+                        "number or 'null'); its status travels beside it either way")
     parser.add_argument("--lanes", type=int, default=4,
                         help="threads per kind that hand batched requests to its pool")
     parser.add_argument("--nice", action="append", metavar="[KIND=]N",
@@ -85,7 +89,7 @@ def build_config(args: argparse.Namespace) -> Any:
     from veristep.verifiers.cli.verify import check_config, parse_config
     from veristep.verifiers.core.registry import verifier_class
 
-    from .service import ServeConfig
+    from .service import ServeConfig, unjudged_reward_of
 
     kinds = list(dict.fromkeys(args.kinds))
     configs: dict[str, dict[str, Any]] = {k: {} for k in kinds}
@@ -122,18 +126,17 @@ def build_config(args: argparse.Namespace) -> Any:
     if args.ray is not None and args.processes > 1:
         raise UsageError("--ray and --processes > 1 do not combine: with --ray one front process "
                          "hands the work to the actors (run another front elsewhere for more)")
-    if not args.deadline > 0 or not args.max_body_mb > 0:
-        raise UsageError("--deadline and --max-body-mb must be > 0")
+    if not args.deadline > 0 or not args.max_body_mb > 0 or not args.header_timeout > 0:
+        raise UsageError("--deadline, --max-body-mb and --header-timeout must be > 0")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0..65535, got {args.port}")
     if args.processes > 1 and args.port == 0:
         raise UsageError("--processes > 1 needs a fixed --port (each process binds it)")
     try:
-        unjudged = json.loads(args.unjudged_reward)
-    except ValueError:
-        unjudged = "bad"
-    if unjudged is not None and (isinstance(unjudged, bool) or not isinstance(unjudged, (int, float))):
-        raise UsageError(f"--unjudged-reward must be a number or null, got {args.unjudged_reward!r}")
+        unjudged = unjudged_reward_of(json.loads(args.unjudged_reward))
+    except ValueError:  # not JSON, not a number, NaN or infinite
+        raise UsageError("--unjudged-reward must be a finite number or null, "
+                         f"got {args.unjudged_reward!r}") from None
     nice = parse_nice(args.nice or [], kinds)
     token = args.token or os.environ.get("VERISTEP_SERVE_TOKEN") or None
     from .main import is_loopback
@@ -145,7 +148,7 @@ def build_config(args: argparse.Namespace) -> Any:
         kinds=kinds, configs=configs, host=args.host, port=args.port, token=token,
         max_queue=args.max_queue, deadline_s=args.deadline,
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-        unjudged_reward=None if unjudged is None else float(unjudged),
+        unjudged_reward=unjudged, header_timeout_s=args.header_timeout,
         completion_key=args.completion_key, lanes=args.lanes, processes=args.processes,
         max_connections=args.max_connections, ray_address=args.ray,
         ray_actors=args.ray_actors, ray_cpus=args.ray_cpus,

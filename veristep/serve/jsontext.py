@@ -91,3 +91,8 @@ def _array_with_text(text: str, i: int) -> tuple[list[Any], list[str | None], in
             raise ValueError("expected ',' or ']'")
         i = _WS.match(text, i + 1).end()
 
+
+def plain_reason(err: ValueError) -> str:
+    """`json.loads`'s plain ValueError (an over-long integer) as one line for a client."""
+    # its advice (sys.set_int_max_str_digits) is for the server's code, not for the client
+    return str(err).partition(";")[0]

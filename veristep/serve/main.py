@@ -9,6 +9,7 @@ goes to every server; each stops accepting, finishes the requests it has, and ex
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import signal
@@ -41,6 +42,52 @@ def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
+def head_timeout_protocol(base: type[Any], seconds: float) -> type[Any]:
+    """uvicorn's HTTP protocol `base`, closing a connection that sends no request head in `seconds`.
+
+    uvicorn times out only a kept-alive connection idle between requests: one that sent nothing,
+    or part of a head, held a `--max-connections` slot for ever, and as many as that made every
+    other client's request a 503. The clock starts when the connection is made, and again at
+    the first bytes after a response; a complete head is a new request cycle (`self.cycle`),
+    in both of uvicorn's HTTP/1.1 protocols (httptools and h11).
+    """
+
+    class HeadTimeout(base):  # type: ignore[misc, valid-type]
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_cycle: Any = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm()
+            super().data_received(data)
+            if self.cycle is not self._head_cycle:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._head_cycle = self.cycle
+            self._head_timer = self.loop.call_later(seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _expired(self) -> None:
+            self._head_timer = None
+            if self.cycle is self._head_cycle:
+                self.transport.close()
+
+    return HeadTimeout
+
+
 def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None = None) -> bool:
     """One server process on a listening socket, until SIGTERM/SIGINT has drained it.
 
@@ -48,6 +95,7 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
     be placed; uvicorn has logged why).
     """
     import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     from .app import create_app
 
@@ -63,6 +111,8 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
         app, log_level="warning", access_log=False, lifespan="on", backlog=2048,
         # bodies are read before admission: this bounds the memory that many large ones can take
         limit_concurrency=config.max_connections,
+        http=head_timeout_protocol(AutoHTTPProtocol, config.header_timeout_s),
+        ws="none",  # no WebSocket endpoints; a connection never leaves the head timer's protocol
         timeout_keep_alive=30, timeout_graceful_shutdown=config.deadline_s + 10,
     )
     sock.listen(2048)  # connections made while the pools warm up wait in the backlog, not refused

@@ -90,6 +90,9 @@ class ServeConfig:
     lanes: int = 4
     processes: int = 1
     max_connections: int = 1024
+    #: Seconds a connection has to send a request's head (main.py); a body gets that plus one
+    #: second per MiB of `max_body_bytes` (app.py). Half-sent requests hold connection slots.
+    header_timeout_s: float = 10.0
     #: Ray cluster address (`auto`, `local`, `HOST:PORT`, `ray://...`): verdicts come from Ray
     #: actors there (ray_pool.py) instead of this process's pools. None: local pools.
     ray_address: str | None = None
@@ -366,6 +369,22 @@ def cut_flag(value: Any, where: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise RequestError(422, f"{where} must be true, false or null, got {type(value).__name__}")
+
+
+def unjudged_reward_of(value: Any) -> float | None:
+    """An unjudged reward as given (null, or a finite number); ValueError saying why not."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a finite number or null, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the float range
+        number = math.inf
+    if not math.isfinite(number):
+        # it goes into replies, and JSON has no NaN or Infinity: a 500 after the work otherwise
+        raise ValueError(f"must be a finite number or null, got {value!r:.40}")
+    return number
 
 
 #: slime's `Sample.Status` values (`sample.to_dict()["status"]`) that say whether the rollout

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import textwrap
+import time
 from collections.abc import Callable
 
 import pytest
@@ -37,6 +39,22 @@ def code_verifier():
 def make_code_verifier() -> Callable[..., object]:
     """Build a bubblewrap CodeVerifier with extra keyword configuration."""
     return _bwrap_or_skip
+
+
+@pytest.fixture(scope="session")
+def timed_verify() -> Callable[..., tuple[object, float]]:
+    """Verify one program on a fresh one-worker verifier: (result, seconds the call took)."""
+
+    def run(code: str, reference: object, timeout: float) -> tuple[object, float]:
+        verifier = _bwrap_or_skip(timeout=timeout, workers=1)
+        started = time.monotonic()
+        try:
+            result = verifier.verify(textwrap.dedent(code), reference)
+        finally:
+            verifier.close()
+        return result, time.monotonic() - started
+
+    return run
 
 
 @pytest.fixture

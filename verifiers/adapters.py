@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import importlib
 import json
+import math
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -62,7 +63,7 @@ class _UnjudgedLog:
         self._lock = threading.Lock()
 
 
-def _references(verifier: Verifier, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+def _references(verifier: Verifier, records: Sequence[Mapping[str, Any] | _BadReference]) -> list[Any]:
     """Each record's reference, read by the verifier's own parser; a row it refuses is marked bad.
 
     A field missing from every row raises KeyError: that is a configuration error (the wrong
@@ -71,6 +72,9 @@ def _references(verifier: Verifier, records: Sequence[Mapping[str, Any]]) -> lis
     out: list[Any] = []
     missing: KeyError | None = None
     for record in records:
+        if isinstance(record, _BadReference):  # refused before its parser saw it
+            out.append(record)
+            continue
         try:
             out.append(verifier.reference_from_record(dict(record)))
         except KeyError as err:
@@ -252,7 +256,10 @@ def _safe_text(completion: Any) -> str:
     try:
         return completion_text(completion)
     except TypeError:  # model output is data: never let an odd shape stop training
-        return str(completion)
+        try:
+            return str(completion)
+        except (ValueError, RecursionError):  # a huge integer, deep nesting: no text to judge
+            return ""
 
 
 def _last(row: Any) -> Any:
@@ -330,7 +337,7 @@ class UnknownDataSource(NotImplementedError, ValueError):
 
 def kind_for_data_source(data_source: str, extra_info: Mapping[str, Any] | None = None) -> str:
     """The verifier kind for a verl data_source; `extra_info["veristep_kind"]` overrides it."""
-    if extra_info and extra_info.get("veristep_kind"):
+    if isinstance(extra_info, Mapping) and extra_info.get("veristep_kind"):
         return str(extra_info["veristep_kind"])
     if data_source in DATA_SOURCE_KINDS:
         return DATA_SOURCE_KINDS[data_source]
@@ -347,16 +354,28 @@ def kind_for_data_source(data_source: str, extra_info: Mapping[str, Any] | None 
 def _decode(value: Any) -> Any:
     # verl keeps ground truth in parquet, where structured references are often JSON strings.
     if isinstance(value, (str, bytes)):
-        text = value.decode() if isinstance(value, bytes) else value
+        text = _text(value)
         if text.lstrip()[:1] in ("{", "["):
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return text
         return text
     if hasattr(value, "tolist"):  # numpy arrays from parquet columns
         return value.tolist()
     return value
+
+
+def _text(value: str | bytes) -> str:
+    """Ground truth as text; bytes that are not UTF-8 are read with replacement characters."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _missing_number(value: Any) -> bool:
+    """A NaN or infinite float, alone or as a list's only item (a numpy column's `tolist()`)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def truncation_flag(extra_info: Mapping[str, Any] | None) -> bool | None:
@@ -392,11 +411,21 @@ def _reference_record(
     Only the shape changes here: the verifier's own parser reads the record, so verl accepts
     exactly the reference formats the Python API and the CLI accept.
     """
-    record: dict[str, Any] = dict(extra_info or {})
+    record: dict[str, Any] = dict(extra_info) if isinstance(extra_info, Mapping) else {}
     if kind == "math":  # the answer text as is: "[1, 2]" is an interval, not JSON
-        raw = ground_truth.decode() if isinstance(ground_truth, bytes) else ground_truth
-        # None stays None so the verifier reports bad_reference, not a wrong answer to "None".
-        record["answer"] = raw if raw is None or isinstance(raw, str) else str(_decode(raw))
+        raw = _text(ground_truth) if isinstance(ground_truth, bytes) else ground_truth
+        value = raw if raw is None or isinstance(raw, str) else _decode(raw)
+        if _missing_number(value):
+            # pandas' missing value: None and NaN stay as they are, so the verifier reports
+            # bad_reference rather than judging an answer "nan" (\boxed{nan} scored 1.0)
+            record["answer"] = math.nan
+        elif value is None or isinstance(value, str):
+            record["answer"] = value
+        else:
+            try:
+                record["answer"] = str(value)
+            except (ValueError, RecursionError) as err:  # a huge integer, deep nesting
+                raise ValueError(f"ground truth cannot be written as text ({type(err).__name__})") from None
         return record
     truth = _decode(ground_truth)
     record["ground_truth"] = truth
@@ -407,6 +436,14 @@ def _reference_record(
     else:  # any other kind: the conventional reference keys
         record.setdefault("answer", truth)
     return record
+
+
+def _record_or_bad(kind: str, ground_truth: Any, extra_info: Any) -> dict[str, Any] | _BadReference:
+    """`_reference_record`, or a bad reference saying why the ground truth cannot be one."""
+    try:
+        return _reference_record(kind, ground_truth, extra_info)
+    except ValueError as err:
+        return _BadReference(str(err))
 
 
 class VerlScorer:
@@ -478,9 +515,7 @@ class VerlScorer:
         for kind, idx in by_kind.items():
             verifier = self.verifier(kind)
             try:
-                refs = _references(
-                    verifier, [_reference_record(kind, ground_truths[i], infos[i]) for i in idx]
-                )
+                refs = _references(verifier, [_record_or_bad(kind, ground_truths[i], infos[i]) for i in idx])
             except KeyError as err:
                 raise ValueError(
                     f"ground_truth/extra_info lack {err.args[0]!r}, which the {kind} verifier "

@@ -7,6 +7,7 @@ import json
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import veristep.verifiers.adapters as adapters
 from veristep.verifiers.adapters import (
@@ -73,6 +74,29 @@ def test_trl_odd_completion_shapes_never_raise(exact_kind):
         0.0,
         0.0,
     ]
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("completion", [
+    [{"role": "assistant", "content": "", "tool_calls": [{"function": "f"}]}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 10**5000}}}]}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": _nested(5000)}}]}],
+    [{"role": "assistant", "content": 10**5000}],
+    _nested(5000),
+])
+def test_trl_chat_completions_python_cannot_write_never_raise(completion):
+    # Each raised out of the reward function (AttributeError, ValueError, RecursionError) and
+    # took the whole batch's rewards with it.
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    f = trl_reward_func("tools", workers=1)
+    good = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert f([completion, good], tools=[tools, tools], expected=[[{"name": "f", "arguments": {}}]] * 2) == [0.0, 1.0]
 
 
 def test_trl_function_pickles_without_its_verifier(exact_kind, exact_cls):
@@ -171,6 +195,37 @@ def test_compute_score_loads_as_a_standalone_file_like_verl(exact_kind):
         extra_infos=[{"veristep_kind": exact_kind}] * 2,
     )
     assert [b["score"] for b in batch] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(("completion", "truth"), [
+    ("\\boxed{nan}", float("nan")),  # str() made it the answer "nan": 1.0
+    ("\\boxed{nan}", np.float64("nan")),
+    ("\\boxed{nan}", np.array([np.nan])),
+    ("\\boxed{\\infty}", float("inf")),
+])
+def test_verl_missing_number_ground_truth_is_bad_reference(completion, truth):
+    score = compute_score("gsm8k", completion, truth, veristep_config={"math": {"workers": 1}})
+    assert (score["status"], score["judged"], score["score"]) == ("bad_reference", False, 0.0)
+
+
+@pytest.mark.parametrize(("data_source", "truth", "extra_info"), [
+    ("gsm8k", int("7" * 4000) ** 2, None),  # str() raised ValueError past 4,300 digits
+    ("gsm8k", b"\xff\xfe", None),  # UnicodeDecodeError
+    ("gsm8k", "1", "not a dict"),  # AttributeError on extra_info.get
+], ids=["huge int", "not UTF-8", "extra_info a string"])
+def test_verl_careless_ground_truth_never_raises(data_source, truth, extra_info):
+    scorer = VerlScorer({"math": {"workers": 1}})
+    try:
+        scores = scorer.batch([data_source] * 2, ["\\boxed{1}"] * 2, [truth, "1"], [extra_info, None])
+    finally:
+        scorer.close()
+    assert scores[1]["status"] == "correct"
+    assert scores[0]["status"] in ("bad_reference", "correct"), scores[0]
+
+
+def test_verl_tools_ground_truth_json_cannot_read_is_text():
+    record = adapters._reference_record("tools", "[" * 100_000, None)  # raised RecursionError
+    assert record["ground_truth"] == "[" * 100_000
 
 
 def test_verl_ground_truth_reaches_the_verifiers_parser_unchanged():

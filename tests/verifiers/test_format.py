@@ -93,6 +93,20 @@ def test_per_item_format_spec_overrides():
         v.verify(GOOD, {"tag": "x"})
 
 
+@pytest.mark.parametrize("spec", [{"think_tag": 5}, "strict", {"colour": 1}])
+def test_a_rows_malformed_format_spec_is_its_own_bad_reference(spec):
+    # It raised out of verify_batch, and a TRL batch lost every row's reward.
+    v = FormatVerifier(workers=1)
+    try:
+        results = v.verify_batch([GOOD, GOOD, GOOD], [None, spec, None])
+        assert [r.status for r in results] == [Status.CORRECT, Status.BAD_REFERENCE, Status.CORRECT]
+        assert results[1].judged is False and results[1].detail
+    finally:
+        v.close()
+    with pytest.raises(ValueError):
+        v.reference_from_record({"format_spec": spec})
+
+
 @pytest.mark.parametrize(
     "config",
     [{"think_tag": ""}, {"think_tag": "a b"}, {"answer_tag": "think"}, {"answer_tag": "<x>"}],

@@ -71,22 +71,41 @@ def _message_text(message: dict[str, Any]) -> str:
         return ""
     content = message.get("content")
     if isinstance(content, list):  # multimodal parts: keep the text ones
-        text = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        text = "".join(_plain(part.get("text", "")) for part in content if isinstance(part, dict))
     else:
-        text = "" if content is None else str(content)
+        text = "" if content is None else _plain(content)
     # Structured tool calls become Hermes-style text so the tool-call parsers can read them.
     for call in message.get("tool_calls") or []:
         if isinstance(call, dict):
-            fn = call.get("function", call)
-            args = fn.get("arguments", {})
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except (ValueError, RecursionError):
-                    pass  # kept as the text it is: the checker judges what the model wrote
-            payload = json.dumps({"name": fn.get("name"), "arguments": args}, default=str)
-            text += f"\n<tool_call>\n{payload}\n</tool_call>"
+            text += f"\n<tool_call>\n{_call_json(call)}\n</tool_call>"
     return text
+
+
+def _call_json(call: dict[str, Any]) -> str:
+    """A structured tool call as Hermes JSON; TypeError when Python cannot write it."""
+    fn = call.get("function", call)
+    if isinstance(fn, dict):
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                pass  # kept as the text it is: the checker judges what the model wrote
+        call = {"name": fn.get("name"), "arguments": args}
+    # else a call without a function object ({"function": "f"}) is written as it is, and the
+    # checker reads no name in it
+    try:
+        return json.dumps(call, default=str)
+    except (ValueError, RecursionError) as err:
+        raise TypeError(f"a tool call cannot be written as JSON ({type(err).__name__})") from None
+
+
+def _plain(value: Any) -> str:
+    """`str(value)`; TypeError when Python cannot write it (a huge integer, deep nesting)."""
+    try:
+        return str(value)
+    except (ValueError, RecursionError) as err:
+        raise TypeError(f"message content cannot be read as text ({type(err).__name__})") from None
 
 
 def eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:

@@ -675,12 +675,19 @@ _PY_CALL_START = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PY_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
+#: A literal integer past about 4,200 digits: Python's own JSON reader and `repr` refuse such a
+#: number (a hex literal writes one in a quarter of the characters)
+_MAX_INT_BITS = 14_000
+
+
 def _py_literal(node: ast.AST) -> Any:
     """Convert a literal expression node to a JSON value; anything else is an error (no eval)."""
     if isinstance(node, ast.Constant):
         if isinstance(node.value, (str, int, float, bool)) or node.value is None:
             if isinstance(node.value, float) and node.value != node.value:
                 raise _CallSyntaxError("NaN is not a valid argument")
+            if isinstance(node.value, int) and node.value.bit_length() > _MAX_INT_BITS:
+                raise _CallSyntaxError("integer too long (JSON readers refuse over 4,300 digits)")
             return node.value
         raise _CallSyntaxError(f"unsupported literal {type(node.value).__name__}")
     if isinstance(node, (ast.List, ast.Tuple)):

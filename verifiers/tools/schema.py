@@ -58,6 +58,42 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
 MAX_ISSUES_PER_CALL = 20
 
 
+def _json_key(value: Any) -> Any:
+    """A hashable key that two JSON values share exactly when JSON Schema calls them equal."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        # as text: integer hashes are not randomised, and a model's array of colliding ones
+        # would make the set below quadratic; 1 and 1.0 are equal in JSON Schema
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return ("number", repr(value))
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, Mapping):
+        return ("object", frozenset((k, _json_key(v)) for k, v in value.items()))
+    if isinstance(value, Sequence):
+        return ("array", tuple(_json_key(v) for v in value))
+    return ("other", repr(value))
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    """jsonschema's `uniqueItems` in linear time (its own compares every pair of objects)."""
+    if unique and validator.is_type(instance, "array"):
+        seen: set[Any] = set()
+        for index, item in enumerate(instance):
+            key = _json_key(item)
+            if key in seen:
+                # jsonschema's message starts with the whole array, cut off before its point
+                yield jsonschema.ValidationError(f"array has non-unique elements (item {index} repeats one)")
+                return
+            seen.add(key)
+
+
+#: Draft 2020-12 validation, with `uniqueItems` linear in the model's array.
+_Validator = jsonschema.validators.extend(Draft202012Validator, {"uniqueItems": _unique_items})
+
+
 class Violation(str, enum.Enum):
     """What is wrong with one call, relative to the function definitions."""
 
@@ -274,7 +310,7 @@ def _compiled_function(key: str, closed: bool) -> FunctionSpec:
             check = compile_valid(sub)
             if check is not None:
                 per_parameter[name] = check
-    return FunctionSpec(fn["name"], parameters, Draft202012Validator(parameters), valid, per_parameter)
+    return FunctionSpec(fn["name"], parameters, _Validator(parameters), valid, per_parameter)
 
 
 def _path(parts: Sequence[Any]) -> str:

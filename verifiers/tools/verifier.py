@@ -55,10 +55,10 @@ def reference_key(reference: Any) -> str:
     try:
         fingerprint = marshal.dumps(reference)
     except ValueError:  # a type marshal does not take: json.dumps says whether it is JSON data
-        return json.dumps(reference, sort_keys=True)
+        return _json_text(reference)
     key = _keys.get(fingerprint)
     if key is None:
-        key = json.dumps(reference, sort_keys=True)
+        key = _json_text(reference)
         if len(fingerprint) <= _KEY_CACHE_MAX_BYTES:
             # no lock (a forked child must never inherit one held): two threads evicting at once
             # leave the cache a key or two over its size, which is harmless
@@ -67,6 +67,18 @@ def reference_key(reference: Any) -> str:
                     _keys.pop(next(iter(_keys)), None)
             _keys[fingerprint] = key
     return key
+
+
+class _TooDeep(ValueError):
+    """A reference nested too deeply to write as JSON (json.dumps's RecursionError)."""
+
+
+def _json_text(reference: Any) -> str:
+    """`json.dumps` with sorted keys; _TooDeep (a ValueError) for data nested too deeply."""
+    try:
+        return json.dumps(reference, sort_keys=True)
+    except RecursionError:
+        raise _TooDeep("nested too deeply") from None
 
 
 @dataclass
@@ -185,6 +197,8 @@ class ToolCallVerifier:
             return reference
         try:
             key = reference_key(reference)
+        except _TooDeep as err:
+            raise ValueError(f"a tools reference must be JSON data: {err}") from None
         except (TypeError, ValueError):
             return self._read_reference(reference)  # not JSON: read it (and say why it fails)
         return self._from_key(key, reference)
@@ -206,6 +220,13 @@ class ToolCallVerifier:
         return found
 
     def _read_reference(self, reference: Any) -> ToolReference:
+        """A reference's checked form; ValueError says why it is unusable."""
+        try:
+            return self._read_json_reference(reference)
+        except RecursionError:  # schemas or values nested near the interpreter's limit
+            raise ValueError("a tools reference nested too deeply to read") from None
+
+    def _read_json_reference(self, reference: Any) -> ToolReference:
         if isinstance(reference, list):
             reference = {"expected": reference}
         if not isinstance(reference, Mapping) or not ("expected" in reference or reference.get("tools")):
@@ -225,15 +246,12 @@ class ToolCallVerifier:
                 f'"expected" must be a list of calls, got {type(expected_raw).__name__} '
                 '(leave it out for schema-only mode)'
             )
-        try:
-            expected = [
-                # typed languages: every list is alternatives (collections are code strings)
-                expected_call(item, schema.get(_name_of(item))
-                              if schema is not None and language is None else None)
-                for item in expected_raw
-            ]
-        except RecursionError:
-            raise ValueError('"expected" is nested too deeply') from None
+        expected = [
+            # typed languages: every list is alternatives (collections are code strings)
+            expected_call(item, schema.get(_name_of(item))
+                          if schema is not None and language is None else None)
+            for item in expected_raw
+        ]
         if schema is not None:
             unknown = [e.name for e in expected if schema.get(e.name) is None]
             if unknown:

@@ -276,6 +276,19 @@ def test_kind_as_module_path(tmp_path):
     assert [r["veristep"]["reward"] for r in _read(out)] == [2.0, 0.0, 0.0, 0.0, 2.0]
 
 
+def test_a_tool_call_without_a_function_object_is_judged_not_fatal(tmp_path):
+    # {"function": "f"} stopped the run ("verification stopped"): every row was lost.
+    odd = {"completion": [{"role": "assistant", "content": "", "tool_calls": [{"function": "f"}]}],
+           "expected": [{"name": "f", "arguments": {}}]}
+    good = {"completion": '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+            "expected": [{"name": "f", "arguments": {}}]}
+    src, out = _write(tmp_path / "in.jsonl", [good, odd, good]), tmp_path / "out.jsonl"
+    assert main(["verify", "tools", str(src), "-o", str(out), "--workers", "1"]) == 0
+    statuses = [r["veristep"] for r in _read(out)]
+    assert [s["status"] for s in statuses][::2] == ["correct", "correct"]
+    assert statuses[1]["judged"] is True and statuses[1]["reward"] == 0.0
+
+
 @pytest.mark.parametrize("arguments", ["[" * 100_000 + "]" * 100_000, "1" * 5_000])
 def test_tool_call_arguments_json_cannot_read_are_kept_as_text(tmp_path, arguments):
     # Both raised out of the completion reader (RecursionError; ValueError past 4,300 digits)

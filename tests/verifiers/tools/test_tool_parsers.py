@@ -309,10 +309,13 @@ def test_duplicate_keys_are_rejected_not_silently_merged(text):
         '<tool_call>{"name": "f", "arguments": {"x": NaN}}</tool_call>',
         '<tool_call>{"name": "f", "arguments": {"x": Infinity}}</tool_call>',
         '<tool_call>{"name": "f", "arguments": {"x": ' + "9" * 5000 + "}}</tool_call>",
+        # a pythonic hex literal of 4,800 decimal digits: its repr raised on the host (internal_error)
+        "[f(x=0x" + "f" * 4000 + ")]",
+        "[f(x=-" + "9" * 4400 + ")]",
     ],
 )
 def test_non_json_numbers_are_errors(text):
-    parsed = parse_tool_calls(text)
+    parsed = parse_tool_calls(text, "pythonic" if text.startswith("[") else "auto")
     assert parsed.calls == [] and len(parsed.errors) == 1
 
 

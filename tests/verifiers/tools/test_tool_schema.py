@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import random
+import time
 
 import pytest
 from veristep.verifiers.tools.parsers import ToolCall
@@ -119,6 +121,37 @@ def test_issue_count_is_bounded_for_huge_bad_calls():
     args = {"origin": "SFO", "seats": 1, "passengers": [{"name": i} for i in range(10_000)]}
     issues = SCHEMA.validate(ToolCall("book_flight", args))
     assert 1 <= len(issues) <= 20
+
+
+UNIQUE = ToolSchema.from_tools([{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"arr": {"type": "array", "uniqueItems": True}}}}}])
+
+
+@pytest.mark.parametrize(("arr", "unique"), [
+    ([{"a": i} for i in range(6_000)], True),  # jsonschema compared every pair: 45 s
+    ([{"a": i} for i in range(6_000)] + [{"a": 0}], False),
+    ([k * ((1 << 61) - 1) for k in range(1, 24_001)], True),  # integers whose hashes collide
+    ([1, 1.0], False), ([1, True], True), ([[1], [1.0]], False), ([{"a": [True]}, {"a": [1]}], True),
+])
+def test_unique_items_is_checked_in_linear_time(arr, unique):
+    started = time.monotonic()
+    issues = UNIQUE.validate(ToolCall("f", {"arr": arr}))
+    assert time.monotonic() - started < 3.0
+    assert [i.kind for i in issues] == ([] if unique else [Violation.CONSTRAINT])
+    if not unique:
+        assert "non-unique elements" in issues[0].message
+
+
+def test_unique_items_agrees_with_jsonschema():
+    from jsonschema import Draft202012Validator
+
+    values = [1, 1.0, True, False, 0, -0.0, 0.5, None, "a", "1", [1], [1.0], [True], {"a": 1},
+              {"a": 1.0}, {"a": True}, [], {}, [[1]], [[True]], 2**70, float(2**70)]
+    rng = random.Random(0)
+    peer = Draft202012Validator({"uniqueItems": True})
+    for _ in range(2_000):
+        arr = [rng.choice(values) for _ in range(rng.randint(0, 4))]
+        assert bool(UNIQUE.validate(ToolCall("f", {"arr": arr}))) == (not peer.is_valid(arr)), arr
 
 
 def test_bfcl_type_names_and_open_parameters():

@@ -12,6 +12,14 @@ from hypothesis import strategies as st
 from veristep.verifiers import Status, Verifier, get_verifier
 from veristep.verifiers.tools import ToolCallVerifier
 
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 TOOLS = [
     {
         "type": "function",
@@ -172,6 +180,11 @@ def test_a_flood_of_calls_is_wrong_count_without_checking_each():
         ({"tools": TOOLS, "expected": [{"name": "nope", "arguments": {}}]}, "missing from tools"),
         ({"tools": "x", "expected": []}, "must be a list"),
         ({"tools": TOOLS, "expected": [], "format": "yaml"}, "unknown tool-call format"),
+        # RecursionError escaped verify() and verify_batch(), or came back as internal_error
+        ({"expected": _nested(3000)}, "nested too deeply"),
+        ({"expected": [{"name": "f", "arguments": {"a": _nested(3000)}}]}, "nested too deeply"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": _nested(960)}}}}], "expected": []}, "nested too deeply"),
     ],
 )
 def test_bad_references_are_unjudged_with_the_reason(verifier, reference, message):

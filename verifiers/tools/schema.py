@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import enum
 import functools
 import itertools
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+import regex
 from jsonschema import Draft7Validator, Draft202012Validator
 
 from .parsers import ToolCall
@@ -90,8 +93,33 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> An
             seen.add(key)
 
 
-#: Draft 2020-12 validation, with `uniqueItems` linear in the model's array.
-_Validator = jsonschema.validators.extend(Draft202012Validator, {"uniqueItems": _unique_items})
+#: Seconds the `pattern` checks of one call may take together. A dataset's pattern with nested
+#: quantifiers (`^([a-z0-9_.+-]+)+@x\.com$`) is exponential in the model's string under `re`:
+#: 26 characters took 3 s, and a call that never finishes is unjudged, not wrong.
+PATTERN_BUDGET_S = 0.5
+_pattern_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("pattern_deadline", default=None)
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Any:
+    """jsonschema's `pattern` on the `regex` engine, under the call's time budget."""
+    if not validator.is_type(instance, "string"):
+        return
+    deadline = _pattern_deadline.get()
+    remaining = PATTERN_BUDGET_S if deadline is None else deadline - time.monotonic()
+    try:
+        found = regex.search(pattern, instance, timeout=max(remaining, 0.001))
+    except TimeoutError:
+        # the model's string made the match run away: its argument, its verdict
+        yield jsonschema.ValidationError(
+            f"matching {pattern!r:.80} ran past {PATTERN_BUDGET_S:g} s: counted as not matching")
+        return
+    if found is None:
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: Draft 2020-12 validation, with `uniqueItems` linear in the model's array and `pattern` timed.
+_Validator = jsonschema.validators.extend(
+    Draft202012Validator, {"uniqueItems": _unique_items, "pattern": _pattern})
 
 
 class Violation(str, enum.Enum):
@@ -328,6 +356,15 @@ def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list
     """
     if spec.valid is not None and _known_valid(spec.valid, arguments):
         return []
+    token = _pattern_deadline.set(time.monotonic() + PATTERN_BUDGET_S)
+    try:
+        return _validate(spec, arguments)
+    finally:
+        _pattern_deadline.reset(token)
+
+
+def _validate(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIssue]:
+    """`validate_arguments` past its fast path."""
     required, declared = spec.required, spec.properties
     given = {k: v for k, v in arguments.items()
              if k in required or k not in declared or not (v is None or _is_default(v, declared[k]))}

@@ -154,6 +154,30 @@ def test_unique_items_agrees_with_jsonschema():
         assert bool(UNIQUE.validate(ToolCall("f", {"arr": arr}))) == (not peer.is_valid(arr)), arr
 
 
+def _with_pattern(pattern: str) -> ToolSchema:
+    return ToolSchema.from_tools([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}}}])
+
+
+def test_a_runaway_pattern_is_the_arguments_violation_within_its_budget():
+    # Under `re`, ^(a|a)*$ on 40 letters and a '!' runs for hours; the call was unjudged.
+    schema = _with_pattern("^(a|a)*$")
+    started = time.monotonic()
+    issues = schema.validate(ToolCall("f", {"s": "a" * 40 + "!"}))
+    assert time.monotonic() - started < 3.0
+    assert [i.kind for i in issues] == [Violation.CONSTRAINT] and "counted as not matching" in issues[0].message
+
+
+@pytest.mark.parametrize(("pattern", "value", "ok"), [
+    ("^[a-z]+@example\\.com$", "ann@example.com", True),
+    ("^[a-z]+@example\\.com$", "ann@example.org", False),
+    ("\\d{3}", "ab123", True),  # search, not match, as JSON Schema says
+    ("^\\d{3}$", "12", False),
+])
+def test_patterns_keep_their_meaning(pattern, value, ok):
+    assert (_with_pattern(pattern).validate(ToolCall("f", {"s": value})) == []) is ok
+
+
 def test_bfcl_type_names_and_open_parameters():
     bfcl = {
         "name": "calc",

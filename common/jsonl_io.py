@@ -236,12 +236,31 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def dumps_line(data: dict[str, Any]) -> str:
+#: What a field nested too deeply to write holds in the output instead.
+UNWRITABLE = "(not written: nested too deeply)"
+
+
+def dumps_line(data: dict[str, Any], ascii: bool = False) -> str:
     """Serialise one output record to a single JSON line (non-JSON values become strings)."""
+    options: dict[str, Any] = {"ensure_ascii": ascii, "allow_nan": False, "default": str}
     try:  # the common case, plain JSON data: no copy
-        return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
-    except (ValueError, TypeError):  # NaN or Infinity, a key JSON cannot hold
-        return json.dumps(_json_safe(data), ensure_ascii=False, allow_nan=False, default=str)
+        return json.dumps(data, **options)
+    except (ValueError, TypeError, RecursionError):  # NaN or Infinity, a key JSON cannot hold
+        pass
+    try:
+        return json.dumps(_json_safe(data), **options)
+    except RecursionError:
+        # NaN inside nesting near the interpreter's limit: that field is lost, not the run
+        if not isinstance(data, dict):
+            return json.dumps(UNWRITABLE)
+        fields = []
+        for key, value in data.items():
+            try:
+                text = json.dumps(_json_safe(value), **options)
+            except RecursionError:
+                text = json.dumps(UNWRITABLE)
+            fields.append(f"{json.dumps(str(key), ensure_ascii=ascii)}: {text}")
+        return "{" + ", ".join(fields) + "}"
 
 
 def encode_line(data: dict[str, Any]) -> bytes:
@@ -254,8 +273,7 @@ def encode_line(data: dict[str, Any]) -> bytes:
     try:
         return (text + "\n").encode("utf-8")
     except UnicodeEncodeError:
-        escaped = json.dumps(_json_safe(data), ensure_ascii=True, allow_nan=False, default=str)
-        return (escaped + "\n").encode("ascii")
+        return (dumps_line(data, ascii=True) + "\n").encode("ascii")
 
 
 def encode_with(data: dict[str, Any], key: str, value: Any, text: str | None = None) -> bytes:

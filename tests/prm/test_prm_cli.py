@@ -60,6 +60,18 @@ def test_score_names_bad_lines_keeps_the_rest_and_never_overwrites_input(tmp_pat
     assert [r["veristep"]["step_scores"] for r in _read(again)] == [[1.0, 0.0, 0.5]] * 2
 
 
+def test_score_writes_a_line_with_nan_deep_in_nesting(tmp_path, capsys):
+    # Its re-encoding recursed: a traceback, and no line written at all.
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(GOOD) + '\n{"id": 2, "prompt": "p", "completion": "1+1=2", "x": NaN, "d": '
+                   + "[" * 900 + "]" * 900 + "}\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["prm", "score", str(src), "--scorer", "rule", "-o", str(out)]) == 0
+    rows = _read(out)
+    assert [r["id"] for r in rows] == [1, 2] and rows[1]["x"] is None and "veristep" in rows[1]
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_score_usage_errors_exit_2_without_traceback(tmp_path):
     src = _write(tmp_path / "in.jsonl", [GOOD])
     cases = [

@@ -370,6 +370,22 @@ def test_non_json_values_in_results_are_written(tmp_path, exact_cls):
     assert result["reward"] is None and result["path"] == "/x"
 
 
+@pytest.mark.parametrize("kind", ["exact", "tools"])  # tools: the raw-line workers
+def test_a_nan_deep_in_nesting_costs_that_field_not_the_run(tmp_path, kind):
+    # NaN makes the line re-encoded, and the re-encoding recursed: "verification stopped", 0
+    # lines written (the raw-line path retried it in the parent and failed again).
+    deep = "[" * 900 + "]" * 900
+    odd = '{"id": 2, "completion": "Answer: 4", "answer": "4", "x": NaN, "deep": ' + deep + "}"
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join([json.dumps(ROWS[0]), odd, json.dumps(ROWS[1])]) + "\n")
+    out = tmp_path / "out.jsonl"
+    main(["verify", kind, str(src), "-o", str(out), "--workers", "1"])
+    rows = _read(out)
+    assert [r.get("id") for r in rows] == [1, 2, 2]
+    assert rows[1]["x"] is None and rows[1]["deep"] == "(not written: nested too deeply)"
+    assert "status" in rows[1]["veristep"]
+
+
 def test_math_kind_end_to_end_in_a_subprocess(tmp_path):
     rows = [
         {"completion": r"The answer is $\boxed{\frac{1}{2}}$.", "answer": "0.5"},

@@ -41,9 +41,15 @@ def group_moments(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row mean, std and deviation of `values` [N, ...] over valid entries (0 where masked).
 
-    A row with count <= ddof has std 0 (its deviations are 0 as well).
+    A row with count <= ddof has std 0 (its deviations are 0 as well). Half-precision input is
+    summed in float32: a group's sum of squares passes float16's 65,504 at ordinary values (64
+    suffix sums of 40 step scores), and every deviation divided by the inf std became 0. The
+    results come back in the input's dtype.
     """
     v = values.flatten(1)
+    if v.dtype in (torch.float16, torch.bfloat16):
+        mean, std, dev = group_moments(values.float(), mask, ddof)
+        return mean.to(values.dtype), std.to(values.dtype), dev.to(values.dtype)
     if mask is None:
         count = torch.full((v.shape[0], 1), v.shape[1], dtype=v.dtype, device=v.device)
         v0 = v

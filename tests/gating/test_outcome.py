@@ -173,3 +173,18 @@ def test_bad_configuration_raises(kwargs, message):
 def test_bad_shapes_raise(rewards, message):
     with pytest.raises(ValueError, match=message):
         outcome_advantages(rewards)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_gives_the_float32_advantages(dtype):
+    # A group's sum of squares overflowed float16 to inf and every advantage came back 0.
+    import veristep.gating as g
+
+    torch.manual_seed(0)
+    scores, mask = torch.rand(1, 64, 40), torch.ones(1, 64, 40, dtype=torch.bool)
+    want = g.prm_step_advantages(scores, mask)
+    got = g.prm_step_advantages(scores.to(dtype), mask)
+    assert got.dtype == dtype and torch.allclose(got.float(), want, atol=0.05, rtol=0.02)
+    rewards = torch.tensor([[0.0, 300.0, 0.0, 0.0]])
+    assert torch.allclose(outcome_advantages(rewards.to(dtype), "grpo").float(),
+                          outcome_advantages(rewards, "grpo"), atol=0.01)

@@ -29,21 +29,40 @@ def batch_monitors(cfg: Any, info: DistInfo, rewards: torch.Tensor, outcome: tor
     m: dict[str, Any] = {}
     all_outcome = gather_rows(outcome, info)
     all_correct = gather_rows(correct, info)
-    coll = gating.collapse_metrics(all_outcome, cfg.tau, cfg.reward_low, cfg.reward_high())
+    all_judged = gather_rows(judged, info)
+    coll = gating.collapse_metrics(judged_groups(all_outcome, all_judged), cfg.tau, cfg.reward_low,
+                                   cfg.reward_high())
     m.update({f"gate/{k}": float(v) for k, v in coll.items() if k in ("acr", "all_wrong_rate", "all_correct_rate")})
-    all_rewards = gather_rows(rewards, info)
-    m["reward/mean"] = float(all_rewards.mean())
-    m["reward/std"] = float(all_rewards.std(unbiased=False))
+    judged_rewards = gather_rows(rewards, info)[all_judged]  # an unjudged completion has none
+    m["reward/mean"] = float(judged_rewards.mean())
+    m["reward/std"] = float(judged_rewards.std(unbiased=False))
     m["reward/correct_frac"] = float(all_correct.float().mean())
-    m["reward/unjudged_frac"] = float(gather_rows((~judged).float(), info).mean())
+    m["reward/unjudged_frac"] = float((~all_judged).float().mean())
     global_idx = [i for part in gather_objects(prompt_idx, info) for i in part]
-    difficulty.update(global_idx, all_correct.float().mean(dim=1))
+    n_judged = all_judged.sum(dim=1)
+    rates = (all_correct & all_judged).sum(dim=1) / n_judged.clamp(min=1)
+    seen = torch.nonzero(n_judged).flatten().tolist()  # a prompt with no verdict says nothing
+    difficulty.update([global_idx[i] for i in seen], rates[seen])
     for name, members in difficulty.by_difficulty().items():
         m[f"difficulty/{name}"] = len(members)
     lens = torch.tensor([float(len(c)) for c in completion_ids])
     m["completion/len_mean"] = float(gather_rows(lens, info).mean())
     m["completion/truncated_frac"] = float(gather_rows(torch.tensor(truncated, dtype=torch.float32), info).mean())
     return m
+
+
+def judged_groups(values: torch.Tensor, judged: torch.Tensor) -> torch.Tensor:
+    """The groups of `values` [N, G] with a verdict, as the collapse monitors must read them.
+
+    Each unjudged entry takes the value of its group's first judged one, so that a group's
+    collapse and its all-right or all-wrong state are those of its judged completions (an
+    unjudged one counted as 0 made [1, 1, 1, time-out] a mixed group); groups with no judged
+    completion are left out.
+    """
+    has = judged.any(dim=1)
+    v, j = values[has], judged[has]
+    first = v.gather(1, j.to(torch.int8).argmax(dim=1, keepdim=True))
+    return torch.where(j, v, first)
 
 
 def prm_monitors(groups: list[int], group_size: int, scored: bool, steps: Any | None, mc_rollouts: int,

@@ -64,7 +64,7 @@ def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: 
     t_rollout = 0.0
     rounds = 0
     while True:
-        keep = gating.dynamic_sampling_keep(scored.rewards.view(-1, G))
+        keep = informative_groups(scored.rewards.view(-1, G), scored.judged.view(-1, G))
         short = int(keep.sum()) < n
         # Every rank samples another round if any rank is short, so their generate calls match.
         if not bool(all_reduce(float(short), info, op="max")) or rounds >= cfg.dynamic_sampling_rounds:
@@ -77,7 +77,7 @@ def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: 
         scored = scored.extend(rewarder.score(more.texts, [refs[i] for i in more_idx for _ in range(G)]))
         ro.extend(more)
         local_idx = local_idx + more_idx
-    keep = gating.dynamic_sampling_keep(scored.rewards.view(-1, G))
+    keep = informative_groups(scored.rewards.view(-1, G), scored.judged.view(-1, G))
     # Keep n groups, informative first; fill with collapsed ones if the cap was hit, so every
     # rank runs the same number of forward passes.
     order = [i for i in range(len(local_idx)) if keep[i]] + [i for i in range(len(local_idx)) if not keep[i]]
@@ -88,6 +88,19 @@ def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: 
                "dapo/kept_informative": int(all_reduce(float(min(int(keep.sum()), n)), info))}
     return StepBatch(ro.select_groups(chosen, G), scored.select(rows), [local_idx[i] for i in chosen],
                      first.rollout_s + t_rollout, len(ro), ro.num_tokens(), metrics)
+
+
+def informative_groups(rewards: torch.Tensor, judged: torch.Tensor) -> torch.Tensor:
+    """DAPO's keep (bool[N]) of rewards [N, G], each group read on its judged completions alone.
+
+    An unjudged completion has no reward, not 0 (`compute_advantages` trains its group on the
+    judged ones): [1, 1, 1, time-out] is a collapsed group, which DAPO must sample past.
+    """
+    keep = gating.dynamic_sampling_keep(rewards)
+    for g in torch.nonzero(~judged.all(dim=1)).flatten().tolist():
+        cols = torch.nonzero(judged[g]).flatten()
+        keep[g] = cols.numel() >= 2 and bool(gating.dynamic_sampling_keep(rewards[g, cols][None])[0])
+    return keep
 
 
 def step_rewards(cfg: Any, batch: StepBatch, step: int

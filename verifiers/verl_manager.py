@@ -23,10 +23,12 @@ Importing this module needs verl; `veristep.verifiers.adapters` does not.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import numbers
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from veristep.verifiers.adapters import truncation_flag
 from veristep.verifiers.core.text import eos_set
 from verl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
@@ -37,13 +39,21 @@ _PACKAGE = "veristep.verifiers.verl_manager"
 def eos_ids(tokenizer: Any, extra: Iterable[int] = ()) -> frozenset[int]:
     """The end-of-sequence token ids of `tokenizer` (its eos_token_id, one id or a list) plus `extra`."""
     eos = getattr(tokenizer, "eos_token_id", None)
-    return eos_set(eos if isinstance(eos, (int, list, tuple)) else None) | eos_set(extra)
+    if isinstance(eos, numbers.Integral):  # numpy's integers too
+        eos = int(eos)
+    elif isinstance(eos, (list, tuple)):
+        eos = [int(e) for e in eos if isinstance(e, numbers.Integral)]
+    else:
+        eos = None
+    return eos_set(eos) | eos_set(extra)
 
 
 def response_truncated(data_item: Any, eos: frozenset[int]) -> bool:
     """Whether one `DataProtoItem`'s response filled its window without an end-of-sequence token."""
     response_ids = data_item.batch["responses"]
     width = response_ids.shape[-1]
+    if width == 0:  # `[-0:]` below would be the whole mask, prompt included
+        return False
     valid = int(data_item.batch["attention_mask"][-width:].sum())
     if valid == 0 or valid < width:
         return False
@@ -52,13 +62,16 @@ def response_truncated(data_item: Any, eos: frozenset[int]) -> bool:
 
 def mark_truncated_rows(data: Any, tokenizer: Any, extra_eos: Iterable[int] = ()) -> Any:
     """`data` with each row's ``extra_info["truncated"]`` set from its token ids (copies, the
-    dataset's own dicts are left alone); an explicit ``truncated`` already there is kept."""
+    dataset's own dicts are left alone); a row whose extra_info already says (``truncated``, or
+    a ``finish_reason`` from the rollout) keeps what it says."""
     eos = eos_ids(tokenizer, extra_eos)
     infos = data.non_tensor_batch.get("extra_info")
     marked = np.empty(len(data), dtype=object)
     for i in range(len(data)):
-        info = dict(infos[i]) if infos is not None and isinstance(infos[i], dict) else {}
-        if info.get("truncated") is None:
+        info = dict(infos[i]) if infos is not None and isinstance(infos[i], Mapping) else {}
+        # a rollout's own "length" outranks the window test: a per-turn max_tokens can cut a
+        # response short of the window (it read as finished, and a cut-off text scored 1.0)
+        if truncation_flag(info) is None:
             info["truncated"] = response_truncated(data[i], eos)
         marked[i] = info
     data.non_tensor_batch["extra_info"] = marked

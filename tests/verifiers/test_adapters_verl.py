@@ -278,3 +278,23 @@ def test_response_truncated_rule(tokenizer):
     assert eos_ids(type("T", (), {"eos_token_id": [5, 7]})(), extra=[9]) == {5, 7, 9}
     data = _window_data(tokenizer, [(CUT, False), ("", False), (CUT[:-1], True)], len(CUT))
     assert [response_truncated(data[i], eos) for i in range(3)] == [True, False, False]
+
+
+def test_the_rollouts_own_finish_reason_and_odd_inputs_are_kept(tokenizer):
+    from types import MappingProxyType
+
+    from veristep.verifiers.verl_manager import eos_ids, mark_truncated_rows, response_truncated
+
+    # A per-turn max_tokens cut this response short of the window: it was marked finished,
+    # over the rollout's own "length", and the cut-off text scored 1.0.
+    data = _window_data(tokenizer, [(CUT[:-4], False)] * 3, len(CUT))
+    data.non_tensor_batch["extra_info"] = np.array(
+        [{"finish_reason": "length"}, MappingProxyType({"veristep_kind": "math"}), {"truncated": False}], dtype=object)
+    infos = mark_truncated_rows(data, tokenizer).non_tensor_batch["extra_info"]
+    assert adapters.truncation_flag(infos[0]) is True and "truncated" not in infos[0]
+    assert infos[1] == {"veristep_kind": "math", "truncated": False}  # a non-dict mapping is read
+    assert infos[2] == {"truncated": False}
+    # numpy's integer eos id (it was ignored: every full response ending in eos read as cut off)
+    assert eos_ids(type("T", (), {"eos_token_id": np.int64(5)})()) == {5}
+    empty = _window_data(tokenizer, [("", False)], 0)
+    assert response_truncated(empty[0], eos_ids(tokenizer)) is False  # IndexError before

@@ -4,9 +4,10 @@ its judged completions alone, as `compute_advantages` trains it."""
 from __future__ import annotations
 
 import torch
-from veristep import gating
 from veristep.train.monitors import judged_groups
 from veristep.train.sampling import informative_groups
+
+from veristep import gating
 
 REWARDS = torch.tensor([
     [1.0, 1.0, 1.0, 0.0],  # the 0 is a time-out: collapsed, all right

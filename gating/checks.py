@@ -6,7 +6,17 @@ Each public estimator validates its inputs once with these and then calls the ke
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
+
+
+def check_non_negative(name: str, value: float) -> None:
+    """Raise a ValueError unless `value` is a finite real number >= 0 (NaN passed `value < 0`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 def as_float(t: torch.Tensor, name: str) -> torch.Tensor:

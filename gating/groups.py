@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_non_negative
+
 # Two values count as equal when torch.isclose says so with its defaults; the plain-Python
 # reference (veristep.gating.spec_loops) uses the same two numbers.
 RTOL = 1e-5
@@ -93,8 +95,7 @@ def at_or_beyond(values: torch.Tensor, bound: float, above: bool) -> torch.Tenso
 
 def collapsed(rewards: torch.Tensor, tau: float) -> torch.Tensor:
     """bool[N]: the groups of checked rewards [N, G] that collapsed (all equal, or pop std <= tau)."""
-    if tau < 0:
-        raise ValueError(f"tau must be >= 0, got {tau}")
+    check_non_negative("tau", tau)
     flat = flat_groups(rewards)
     if tau == 0:
         return flat

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import torch
 
-from .checks import check_rewards
+from .checks import check_non_negative, check_rewards
 from .groups import collapsed, group_normalise
 from .options import OutcomeMethod, Std, VirtualValue, parse_option
 
@@ -49,8 +51,7 @@ def outcome_advantages(
     rewards = check_rewards(rewards)
     method = parse_option(OutcomeMethod, method, "method")
     ddof = parse_option(Std, std, "std").ddof
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_non_negative("eps", eps)
     unknown = set(method_options) - _METHOD_OPTIONS[method]
     if unknown:
         allowed = ", ".join(sorted(_METHOD_OPTIONS[method])) or "none"
@@ -100,6 +101,9 @@ def _avspo(
         level = rewards.mean(-1)
         v = torch.where(level <= (low + high) / 2, high, low).to(rewards.dtype)
     elif kind is VirtualValue.FIXED:
+        if isinstance(virtual_value, bool) or not isinstance(virtual_value, numbers.Real) \
+                or not math.isfinite(virtual_value):
+            raise ValueError(f"virtual_value must be a finite number, got {virtual_value!r}")
         v = torch.full((n,), float(virtual_value), dtype=rewards.dtype, device=rewards.device)
     else:
         u = torch.rand(n, generator=generator, dtype=rewards.dtype, device=rewards.device)

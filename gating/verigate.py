@@ -7,11 +7,13 @@ comparison (spec test T8).
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from .checks import (
     check_finite,
+    check_non_negative,
     check_prefix,
     check_rewards,
     check_shape,
@@ -127,13 +129,14 @@ def prm_step_advantages(
     scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     ddof = parse_option(Std, std, "std").ddof
+    check_non_negative("eps", eps)
     kind = _check_credit(credit, centre_scores, start, neutral)
     return _prm_step_advantages(scores, mask, ddof, eps, centre_scores, kind, start, neutral)
 
 
 def _finite_or_none(name: str, value: float | None) -> None:
     """Raise unless `value` is None or a finite real number (a bool is not one)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
                               or not math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number or None, got {value!r}")
 
@@ -180,6 +183,7 @@ def process_grpo_advantages(
     scores, mask = check_steps(step_scores, step_mask)
     check_finite("step_scores", scores, mask)
     ddof = parse_option(Std, std, "std").ddof
+    check_non_negative("eps", eps)
     return _suffix_sum(group_normalise(scores, mask, ddof, eps), mask)
 
 
@@ -245,8 +249,7 @@ def verigate_advantages(
     gate_kind = parse_option(Gate, gate, "gate")
     ddof = parse_option(Std, std, "std").ddof
     credit_kind = _check_credit(credit, centre_scores, start, neutral)
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    check_non_negative("eps", eps)
     if not high > low:
         raise ValueError(f"need high > low, got low={low}, high={high}")
     dtype = torch.promote_types(rewards.dtype, scores.dtype)

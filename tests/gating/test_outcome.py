@@ -150,7 +150,7 @@ def test_empty_batch():
     [
         ({"method": "ppo"}, "method='ppo' is not one of"),
         ({"std": "unbiased"}, "std='unbiased' is not one of"),
-        ({"eps": -1.0}, "eps must be >= 0"),
+        ({"eps": -1.0}, "eps must be a finite number >= 0"),
         ({"method": "grpo", "virtual": "fixed"}, "does not take option"),
         ({"method": "avspo", "virtual": "half"}, "virtual='half' is not one of"),
         ({"method": "sign", "low": 1.0, "high": 0.0}, "need high > low"),

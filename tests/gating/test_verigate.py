@@ -272,7 +272,9 @@ def test_nan_scores_in_gated_group_are_rejected():
         (lambda a: a.update(token_step=a["token_step"] - 5), "-1 \\(padding\\)"),
         (lambda a: a.update(gate="all_right"), "gate='all_right' is not one of"),
         (lambda a: a.update(std="biased"), "std='biased'"),
-        (lambda a: a.update(tau=-1.0), "tau must be >= 0"),
+        (lambda a: a.update(tau=-1.0), "tau must be a finite number >= 0"),
+        (lambda a: a.update(tau=float("nan")), "tau must be a finite number >= 0"),  # was 0
+        (lambda a: a.update(eps=float("nan")), "eps must be a finite number >= 0"),  # NaN advantages
     ],
 )
 def test_bad_inputs_raise_clearly(change, message):
@@ -315,3 +317,22 @@ def test_gate_mask_names_exactly_the_prm_groups(case, gate):
     adv, metrics = verigate_advantages(rewards, scores, mask, token_step, gate=gate)
     adv_p, metrics_p = verigate_advantages(rewards, poisoned, mask, token_step, gate=gate)
     assert torch.equal(adv, adv_p) and metrics == metrics_p
+
+
+@pytest.mark.parametrize("call", [
+    lambda: outcome_advantages(torch.tensor([[1.0, 0.0]]), eps=float("nan")),
+    lambda: outcome_advantages(torch.zeros(1, 2), "avspo", virtual="fixed", virtual_value=float("inf")),
+    lambda: prm_step_advantages(torch.rand(1, 2, 2), torch.ones(1, 2, 2, dtype=torch.bool), eps=-1.0),
+    lambda: process_grpo_advantages(torch.rand(1, 2, 2), torch.ones(1, 2, 2, dtype=torch.bool), eps=float("nan")),
+])
+def test_options_that_would_give_nan_advantages_are_refused(call):
+    with pytest.raises(ValueError, match="must be a finite number"):
+        call()
+
+
+def test_numpy_scalars_are_numbers():
+    import numpy as np
+
+    scores, mask = torch.tensor([[[0.2, 0.9], [0.5, 0.1]]]), torch.ones(1, 2, 2, dtype=torch.bool)
+    assert torch.equal(prm_step_advantages(scores, mask, credit="progress", start=np.float64(0.9)),
+                       prm_step_advantages(scores, mask, credit="progress", start=0.9))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+
+import regex as regex_engine
 
 #: The default step boundary: a blank line, as in ProcessBench / PRM800K style solutions.
 DEFAULT_SEPARATOR = "\n\n"
+#: Seconds a step regex may take on one completion. A user's pattern with nested quantifiers
+#: is exponential in the model's text under `re` ((\n\s*)+(?=Step \d): 1.9 s on 24 newlines).
+REGEX_TIMEOUT_S = 1.0
 
 
 def split_steps(
@@ -15,16 +19,22 @@ def split_steps(
     """Return the (start, end) character spans of the non-empty steps of `completion`.
 
     Steps are the pieces between occurrences of `separator` (or matches of `regex`, which
-    wins when given; a zero-width match such as a lookahead cuts without consuming). Each span is trimmed of surrounding whitespace; pieces that are blank
-    are dropped, so a completion of only whitespace has no steps.
+    wins when given; a zero-width match such as a lookahead cuts without consuming). Each span
+    is trimmed of surrounding whitespace; pieces that are blank are dropped, so a completion of
+    only whitespace has no steps. A regex runs on the `regex` engine (Python's `re` syntax) for
+    at most REGEX_TIMEOUT_S seconds; past that a ValueError says so, for that completion only.
     """
     if regex is not None:
         try:
-            pattern = re.compile(regex)
-        except re.error as err:
+            pattern = regex_engine.compile(regex)
+        except regex_engine.error as err:
             raise ValueError(f"invalid step regex {regex!r}: {err}") from err
         # Zero-width matches are cuts too, e.g. a lookahead (?=Step \d) splits before each step.
-        cuts = [(m.start(), m.end()) for m in pattern.finditer(completion)]
+        try:
+            cuts = [(m.start(), m.end()) for m in pattern.finditer(completion, timeout=REGEX_TIMEOUT_S)]
+        except TimeoutError:
+            raise ValueError(f"step regex {regex!r} ran past {REGEX_TIMEOUT_S:g} s on this "
+                             f"completion ({len(completion)} characters)") from None
     else:
         if not separator:
             raise ValueError("step separator must be a non-empty string (or pass regex=)")

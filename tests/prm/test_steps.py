@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,15 @@ def test_split_on_blank_lines_trims_and_drops_empty_pieces():
     spans = split_steps(text)
     assert step_texts(text, spans) == ["First step.", "Second step", "Third."]
     assert spans[0] == (2, 13)
+
+
+def test_a_runaway_step_regex_is_a_value_error_within_its_time_limit():
+    # Under `re`, ^(x|x)*$ on 40 x's and a '!' runs for a day: the scorer hung on one completion.
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="ran past"):
+        split_steps("x" * 40 + "!", regex=r"^(x|x)*$")
+    assert time.monotonic() - started < 10
+    assert split_steps("Step 1: x" + "\n" * 40 + "Step 2: y", regex=r"(\n\s*)+(?=Step \d)") == [(0, 9), (49, 58)]
 
 
 def test_split_custom_separator_and_regex():

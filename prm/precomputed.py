@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .base import StepScores
 from .steps import DEFAULT_SEPARATOR, split_steps, step_texts
+
+
+def _ordered_spans(spans: Any) -> bool:
+    """Whether `spans` is a list of [start, end] integer pairs, non-empty, in order, apart."""
+    if not isinstance(spans, list):
+        return False
+    last = 0
+    for span in spans:
+        if not (isinstance(span, list) and len(span) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in span)):
+            return False
+        start, end = span
+        if not last <= start < end:
+            return False
+        last = end
+    return True
 
 
 class PrecomputedScorer:
@@ -49,9 +66,15 @@ class PrecomputedScorer:
                     record = {**record, **nested}  # written by `veristep prm score`
                 scores = record.get("step_scores")
                 if not isinstance(scores, list) or not all(
-                    isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores
+                    isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s)
+                    for s in scores
                 ):
-                    raise ValueError(f"{self.path}:{lineno}: 'step_scores' must be a list of numbers")
+                    # a NaN was passed on (and written back as null), an infinity clamped to 1
+                    raise ValueError(f"{self.path}:{lineno}: 'step_scores' must be a list of finite numbers")
+                spans = record.get("step_spans")
+                if spans is not None and not _ordered_spans(spans):
+                    raise ValueError(f"{self.path}:{lineno}: 'step_spans' must be [start, end] pairs of "
+                                     "integers, 0 <= start < end, each starting at or after the last one's end")
                 if "prompt" in record and "completion" in record:
                     self._by_text[(str(record["prompt"]), str(record["completion"]))] = record
                 if "id" in record:
@@ -98,6 +121,9 @@ class PrecomputedScorer:
     def _to_scores(self, record: dict[str, Any], completion: str) -> StepScores:
         if isinstance(record.get("step_spans"), list):
             spans = [(int(a), int(b)) for a, b in record["step_spans"]]
+            if spans and spans[-1][1] > len(completion):
+                raise ValueError(f"{self.path}: step spans reach character {spans[-1][1]} of a "
+                                 f"{len(completion)}-character completion (id={record.get('id')!r})")
         else:
             spans = split_steps(completion, self.separator, self.regex)
         scores = [min(max(float(s), 0.0), 1.0) for s in record["step_scores"]]

@@ -162,8 +162,20 @@ def test_cli_score_writes_spans_and_scores(tmp_path):
 def test_precomputed_validation(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"completion": "a", "prompt": "p", "step_scores": "high"}\n')
-    with pytest.raises(ValueError, match="list of numbers"):
+    with pytest.raises(ValueError, match="list of finite numbers"):
         PrecomputedScorer(bad)
+    # NaN was passed on and written back as null (then unreadable); Infinity was clamped to 1
+    for value in ("NaN", "Infinity"):
+        bad.write_text('{"completion": "a", "prompt": "p", "step_scores": [' + value + "]}\n")
+        with pytest.raises(ValueError, match="list of finite numbers"):
+            PrecomputedScorer(bad)
+    for spans in ("[[-1, 1]]", "[[0, 2], [1, 3]]", "[[2, 1]]", "[[0, 1.5]]"):
+        bad.write_text('{"completion": "abc", "prompt": "p", "step_scores": [0.5, 0.5], "step_spans": ' + spans + "}\n")
+        with pytest.raises(ValueError, match="step_spans"):
+            PrecomputedScorer(bad)
+    bad.write_text('{"completion": "abc", "prompt": "p", "step_scores": [0.5], "step_spans": [[0, 9]]}\n')
+    with pytest.raises(ValueError, match="reach character 9"):
+        PrecomputedScorer(bad).score("p", "abc")
     mismatch = tmp_path / "m.jsonl"
     mismatch.write_text('{"completion": "a\\n\\nb", "prompt": "p", "step_scores": [0.5]}\n')
     with pytest.raises(ValueError, match="separator"):

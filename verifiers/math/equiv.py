@@ -16,8 +16,8 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from ..core.result import Status
-from .monomials import Monomial
-from .normalize import ExactNumber, exact_decimals, too_large_to_evaluate
+from .monomials import Monomial, has_several_parts
+from .normalize import ExactNumber, equation_values, exact_decimals, too_large_to_evaluate
 
 PercentMode = Literal["either", "strip", "divide"]
 
@@ -35,6 +35,8 @@ _VERIFY_PRECISION = 30
 # relative error of 1e-4.
 _CLOSE_ABS = Fraction(5, 10**7)
 _CLOSE_REL = Fraction(1, 10**4)
+# A chain of equalities states its parts; more distinct ones than this is padding, not an answer
+_MAX_EQUATION_PARTS = 8
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,19 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
         return Verdict(Status.BAD_REFERENCE, f"reference: {ref.error}")
     if not pred.parsed:
         return Verdict(Status.PARSE_ERROR, pred.error)
+    values = equation_values(pred.text) if "=" in pred.text and "=" not in ref.text else None
+    if values is not None and len(values) > 1:
+        # "\{3,4\}=3": math-verify reads the right side alone, but a set, tuple or list stated
+        # equal to it is no scalar answer. Other parts are not compared here: math-verify misreads
+        # some ("6(3)" as 6+3) and degrees are gone by now ("\tan100^\circ"); exact ones were
+        # compared before sympy (sympy_free._equation_verdict).
+        if len(set(values)) > _MAX_EQUATION_PARTS:
+            return Verdict(Status.WRONG, "an equation with too many parts")
+        if not has_several_parts(ref.text) and any(has_several_parts(v) for v in values):
+            return Verdict(Status.WRONG, "an equation whose parts are not all the answer")
+        pred = parse_answer(values[-1], cfg)
+        if not pred.parsed:
+            return Verdict(Status.PARSE_ERROR, pred.error)
     gold_expr, pred_expr = ref.parsed[0], pred.parsed[0]
     if _undefined(gold_expr) or _undefined(pred_expr):
         # 12:00 read as 12/0: an undefined value equals nothing, not even another one

@@ -106,6 +106,17 @@ _LETTER_RE = re.compile(r"^\s*[\(\[]?\s*([A-Ja-j])\s*[\)\]]?(?=$|[\s.,:;)])")
 _PAREN_LETTER_RE = re.compile(r"\(([A-J])\)")
 _LEAD_LETTER_RE = re.compile(r"\s*(?:\*\*)?([A-J])(?:\*\*)?(?:[.):]|\s*$)")
 _LONE_LETTER_RE = re.compile(r"(?<![A-Za-z0-9\\$(])([A-J])(?![A-Za-z0-9$'(])")
+# `\text{ or }` read as its words (the connector between two answers)
+_TEXT_UNWRAP_RE = re.compile(r"\\text\s*\{([^{}]*)\}")
+_PROSE_OR_RE = re.compile(r"(?i)(?<![\\\w])or(?!\w)")
+_LEAD_CONNECTOR_RE = re.compile(r"(?i)(?:or|and)\b|\\q?quad")
+# A phrase answer that negates or hedges states no answer ("The answer is not $3$", "either 3
+# or 4", "at least 3"); `\not` is a LaTeX command, not the word.
+_HEDGE_RE = re.compile(
+    r"(?i)(?<![\\\w])(?:not|either|neither|possibly|maybe|perhaps|probably|at\s+(?:least|most))(?!\w)"
+)
+# Another choice letter after the first one: a capital A-J that is no part of a word or command
+_OTHER_LETTER_RE = re.compile(r"(?<![A-Za-z0-9\\])[A-J](?![A-Za-z0-9'])")
 _LETTERS_RE = re.compile(r"[A-Za-z \t-]*")
 # Boxes or math spans joined by one of these form a list: ", ", "and", "or", ";", "\quad".
 _CONNECTOR_RE = re.compile(r"\b(?:and|or)\b|[,;]|\\q?quad", re.IGNORECASE)
@@ -335,13 +346,17 @@ def _phrase_answer(text: str, pos: int, ends: list[int]) -> tuple[int, int] | No
                 close = text.find(right, close + 1, pos + _MAX_SPAN)  # "\$" is a dollar sign
             if close < 0:
                 return None
-            return pos, close + len(right)
+            end = close + len(right)
+            # "$3$ or $4$", "$3$, or possibly $4$": the sentence goes on with another answer,
+            # so the answer is all of it (a list, or a hedge), not the first span
+            stop = _sentence_stop(text, end, ends, pos + _MAX_SPAN)
+            if _continues_with_answer(text[end:stop]):
+                while stop > end and text[stop - 1] in " \t*.,":
+                    stop -= 1
+                return pos, stop
+            return pos, end
     # up to the sentence end or the line end, whichever is first
-    k = bisect.bisect_right(ends, pos)
-    end = min(ends[k] if k < len(ends) else n, pos + _MAX_SPAN)
-    line_end = text.find("\n", pos, end)
-    if line_end >= 0:
-        end = line_end
+    end = _sentence_stop(text, pos, ends, pos + _MAX_SPAN)
     while end > pos and text[end - 1] in " \t*.,":
         end -= 1
     # 'The final answer is "$12$ and $13$".': quotes are not part of the answer
@@ -351,6 +366,52 @@ def _phrase_answer(text: str, pos: int, ends: list[int]) -> tuple[int, int] | No
         if end > pos and text[end - 1] == "\\":
             end -= 1
     return (pos, end) if end > pos else None
+
+
+def _sentence_stop(text: str, pos: int, ends: list[int], limit: int) -> int:
+    """The end of the sentence or line that holds `pos`, at most `limit`."""
+    k = bisect.bisect_right(ends, pos)
+    end = min(ends[k] if k < len(ends) else len(text), limit)
+    line_end = text.find("\n", pos, end)
+    return line_end if line_end >= 0 else end
+
+
+def _continues_with_answer(rest: str) -> bool:
+    """After an answer's math span: a connector ("or", "and", ", $", "\\text{ or }") and then
+    another math span or number, so the span is not the whole answer."""
+    core = _TEXT_UNWRAP_RE.sub(r" \1 ", rest[:_MAX_GAP * 4]).lstrip()
+    if core[:1] in (",", ";"):
+        core = core[1:].lstrip()
+        if core.startswith(("$", "\\(", "\\[")):
+            return True
+    if not _LEAD_CONNECTOR_RE.match(core):
+        return False
+    return any(c.isdigit() for c in core) or "$" in core or "\\(" in core
+
+
+def _hedged(body: str) -> bool:
+    """True when an answer phrase's body negates or hedges ("not 3", "either 3 or 4", "at least 3")."""
+    return _HEDGE_RE.search(body) is not None
+
+
+def _phrase_list(text: str, ext: Extraction, boxes: Sequence[Extraction]) -> Extraction | None:
+    """The math spans of a phrase answer joined by connectors ("$3$ or $\\boxed{4}$") as one list
+    answer (a box inside a span stands for it); None when the phrase holds fewer than two."""
+    spans = math_spans(text, ext.start, ext.end)
+    if len(spans) < 2 or len(spans) > _MAX_PARTS:
+        return None
+    items: list[Extraction] = []
+    for k, span in enumerate(spans):
+        if k and not _connector_gap(text[spans[k - 1].end : span.start]):
+            return None
+        inner = [b for b in boxes if span.inner_start <= b.start and b.end <= span.inner_end]
+        item = inner[-1] if inner else _tight(text, span.inner_start, span.inner_end)
+        if not item.answer.strip():
+            return None
+        items.append(item)
+    answer = ", ".join(it.answer.strip() for it in items)
+    return Extraction(answer, items[0].start, items[-1].end, ExtractionMethod.ANSWER_PHRASE,
+                      tuple((it.start, it.end) for it in items))
 
 
 def _sentence_ends(text: str) -> list[int]:
@@ -465,7 +526,18 @@ def choice_letter(answer: str) -> str | None:
     prose = m.group(1).isupper() and re.match(r"[a-z]{2,}\b", rest) is not None
     if rest and not (bracketed or prose or rest[0] in ".:)"):
         return None
+    if rest and _names_another_choice(rest):
+        return None  # "A or B", "(A)(B)(C)(D)", "A. B. C. D.": a hedge over choices names none
     return m.group(1).upper()
+
+
+def _names_another_choice(rest: str) -> bool:
+    """True when `rest` holds a capital A-J standing alone (not the article "A word")."""
+    for m in _OTHER_LETTER_RE.finditer(rest):
+        if m.group(0) == "A" and re.match(r"\s+[a-z]", rest[m.end() : m.end() + 2]):
+            continue  # "(B) A triangle ...": the article
+        return True
+    return False
 
 
 def _choice_fallback(text: str) -> Extraction | None:
@@ -535,6 +607,8 @@ def _refine(text: str, ext: Extraction) -> Extraction:
     body = ext.answer
     if _is_expression_text(body) or not _PROSE_WORD_RE.search(_strip_text_commands(body)):
         return ext
+    if _PROSE_OR_RE.search(_strip_text_commands(body)):
+        return Extraction("", ext.start, ext.start, ext.method)  # "3, or so I think 4": a hedge
     found = _sentence_answer(text, ext.start, ext.end, math_spans(text, ext.start, ext.end))
     if found is None:
         return ext
@@ -729,6 +803,21 @@ def extract_answer(text: str, *, choices: bool = False, mode: ExtractionMode = "
         best = _no_marker(text)
     if best is None:
         return None
+    first = best.parts[0][0] if best.parts else best.start
+    if (best.method is ExtractionMethod.BOXED and strong is not None and not choices
+            and strong.start <= first and best.end < strong.end):
+        # "The final answer is $\boxed{3}$ or $4$": the phrase around the box goes on
+        if _hedged(strong.answer):
+            return None
+        listed = _phrase_list(text, strong, boxes)
+        if listed is not None:
+            return listed
+    if best.method is ExtractionMethod.ANSWER_PHRASE and not choices:
+        if _hedged(best.answer):
+            return None  # "The answer is not $3$", "either 3 or 4": no answer is committed to
+        listed = _phrase_list(text, best, boxes)
+        if listed is not None:
+            return listed
     # A phrase answer that contains a box ("The answer is $\boxed{5}$.") yields the box itself.
     if best.method in (ExtractionMethod.ANSWER_PHRASE, ExtractionMethod.ANSWER_TAG, ExtractionMethod.BOLD):
         inner = [b for b in boxes if best.start <= b.start and b.end <= best.end]

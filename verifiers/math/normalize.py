@@ -59,6 +59,23 @@ _TRAILING_UNIT_RE = re.compile(
     r"\\(?:text|mbox|mathrm)\s*\{\s*([A-Za-z]+(?: +[A-Za-z]+)*\.?)\s*\}(?:\s*\^\{?\d\}?)?\s*$"
 )
 _MAX_TRAILING_UNITS = 3
+# What a unit may follow: a number's last digit, a closing brace or parenthesis (`4\sqrt{2}`,
+# `\frac{1}{2}`), `\pi` or a percent sign. Not a comma or a word: "3, \text{four}" is a list.
+_UNIT_AFTER_RE = re.compile(r"(?:[\d})%]|\\pi)$")
+# A \text{} group ending the text before a unit: "\text{even} \text{odd}" is two words, not a unit.
+_TEXT_GROUP_END_RE = re.compile(r"\\(?:text|mbox|mathrm|textbf|textit|textrm)\s*\{[^{}]*\}$")
+# Words that change or hedge the value before them: never dropped as a unit ("3 or four",
+# "3 not four", "3 minus one", "3 or more", "3 at most", "5 is wrong", "3 squared").
+_VALUE_WORDS = frozenset(
+    "or and nor not no either neither plus minus times over divided by more less fewer least most "
+    "than approximately about around roughly nearly almost maybe possibly perhaps probably is are "
+    "was wrong incorrect if else otherwise but to squared cubed half halves third thirds quarter "
+    "quarters zero one two three four five six seven eight nine ten eleven twelve thirteen "
+    "fourteen fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
+    "eighty ninety hundred hundreds thousand thousands million millions billion billions trillion "
+    "dozen dozens percent radian radians tenth tenths hundredth hundredths thousandth thousandths "
+    "lakh lakhs crore crores".split()
+)
 _SPACE_AFTER_CMD_RE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z0-9])")
 # 1,234 and 12,345,678.5: groups of three after a non-zero lead ("0,111" is a decimal comma)
 _THOUSANDS_RE = re.compile(r"^[-+]?[1-9]\d{0,2}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?$")
@@ -69,6 +86,14 @@ _CURRENCY_RE = re.compile(r"[€£¥₹]")
 # "32,\\!349" and "32,\\! 349": LaTeX's spacing for a thousands separator
 _LATEX_THOUSANDS_RE = re.compile(r"(?<=\d),\\!\s*(?=\d{3})")
 _SUBSCRIPT_RE = re.compile(r"_\{[^{}]*\}|_\w")
+# Commands that write a value or an operation, not a variable (`\theta`, `\star` name things)
+_CONSTANT_COMMANDS = frozenset(
+    "pi infty sqrt frac dfrac tfrac cdot times div pm mp sin cos tan cot sec csc arcsin arccos "
+    "arctan log ln exp lg left right circ degree text mathrm mbox operatorname".split()
+)
+_COMMAND_NAME_RE = re.compile(r"\\[A-Za-z]+")
+# \phantom{3} renders as blank space: it is no answer. One level of nested braces is read.
+_PHANTOM_RE = re.compile(r"\\[hv]?phantom\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 # relations other than "=": an inequality or membership is not an assignment or a chain
 _RELATION_RE = re.compile(r"[<>]|\\(?:le|ge|ne|leq|geq|neq|lt|gt|in|subset|subseteq|notin)(?![A-Za-z])|!=")
 _COLON_RE = re.compile(r"(-?\d+(?:\.\d+)?):(\d+(?:\.\d+)?)")
@@ -115,11 +140,22 @@ def _unwrap_text(s: str) -> str:
     # "\text{ million}" is part of it. At most a few: each strip searches the whole string.
     for _ in range(_MAX_TRAILING_UNITS):
         m = _TRAILING_UNIT_RE.search(stripped)
-        if (not m or not stripped[: m.start()].strip() or m.group(1) in ("i",)
-                or _MAGNITUDE_RE.search(m.group(1))):
+        left = stripped[: m.start()].rstrip() if m else ""
+        if (not m or not left or m.group(1) in ("i",) or _MAGNITUDE_RE.search(m.group(1))
+                or not _unit_may_follow(left) or not _unit_words(m.group(1).split())):
             break
         stripped = stripped[: m.start()].rstrip()
     return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)
+
+
+def _unit_may_follow(left: str) -> bool:
+    """True when `left` ends in a number (digit, closing brace, `\\pi`, `%`) that a unit may follow."""
+    return bool(_UNIT_AFTER_RE.search(left[-4:])) and not _TEXT_GROUP_END_RE.search(left[-220:])
+
+
+def _unit_words(words: list[str]) -> bool:
+    """True when none of `words` is a connector, negation, comparison, operator or number word."""
+    return not any(w.rstrip(".").lower() in _VALUE_WORDS for w in words)
 
 
 def _trailing_words_end(s: str) -> int | None:
@@ -136,7 +172,10 @@ def _trailing_words_end(s: str) -> int | None:
     if not (after if percent else before):
         return None  # white space must come before the words (after the percent sign)
     words = 0
-    for token in s[suffix.end() :].split():
+    tokens = s[suffix.end() :].split()
+    if len(tokens) > 4 or not _unit_words(tokens):
+        return None  # "3 or four", "3 minus one": the words change the value, they are no unit
+    for token in tokens:
         pieces = token.split(".")
         if pieces[-1] == "":
             pieces.pop()  # one dot may end a word
@@ -160,6 +199,12 @@ def normalize_answer(answer: str, plain: bool = False) -> str:
     where one comma between digits is a decimal comma ("2,74"); see `decimal_comma_twin`.
     """
     s = answer.strip()
+    if "phantom" in s:
+        # \phantom{3} renders as blank space: "\phantom{3}" is no answer, and "3\phantom{4}" hides
+        # a part of one (a hedge the reader cannot see), so neither is read
+        if any(m.group(1).strip() for m in _PHANTOM_RE.finditer(s)):
+            return ""
+        s = _PHANTOM_RE.sub(" ", s).strip()
     s = _SQRT_UNICODE_RE.sub(lambda m: "\\sqrt{" + (m.group(1) or m.group(2) or m.group(3)) + "}", s)
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = s.replace("\\$", "").replace("$", "")
@@ -260,7 +305,44 @@ def collapse_chain(normalized: str) -> str:
         return s
     if len(_top_level_split(s, ",")) > 1:
         return s  # a system such as x=1,y=2=... is not one chain
-    return f"{parts[0]}={parts[-1]}" if _is_symbolic_name(parts[0]) else parts[-1]
+    # "4=3=3" or "x=5=7" asserts a false equality: kept whole, so that every part is compared
+    if not _is_symbolic_name(parts[0]) or _numbers_differ(parts[1:]):
+        return s
+    return f"{parts[0]}={parts[-1]}"
+
+
+def _numbers_differ(parts: list[str]) -> bool:
+    """True when two of `parts` are exact numbers with different values (`5` and `7`)."""
+    seen: Fraction | None = None
+    for part in parts:
+        num = parse_exact_number(part)
+        if num is None or num.percent:
+            continue
+        if seen is not None and num.value != seen:
+            return True
+        seen = num.value
+    return False
+
+
+def _names_a_quantity(lhs: str) -> bool:
+    """A left side that names what is asked (`x`, `f^{-1}(2)`, `x^3-2x+1`, `\\theta`, `|AB|`), not
+    a value written out (`4`, `\\frac{1}{2}`, `\\pi`, `\\{3,4\\}`): it holds a variable."""
+    bare = _COMMAND_NAME_RE.sub(lambda m: " " if m.group(0)[1:] in _CONSTANT_COMMANDS else "x", lhs)
+    return re.search(r"[A-Za-z]", bare) is not None
+
+
+def equation_values(normalized: str) -> list[str] | None:
+    """The parts of an equation that state the answer's value, or None if it is no equation.
+
+    `x=3` states 3; `4=3`, `0=\\frac{14}{3}` and `\\{3,4\\}=3` state every part (a left side that
+    is a value, not a name), so each must equal the answer: "4 = 3" is not an answer of 3.
+    """
+    if "=" not in normalized or _RELATION_RE.search(normalized) or len(_top_level_split(normalized, ",")) > 1:
+        return None
+    parts = [p.strip() for p in _top_level_split(normalized, "=")]
+    if len(parts) < 2 or not all(parts):
+        return None
+    return parts[1:] if _names_a_quantity(parts[0]) else parts
 
 
 def _balanced_group(s: str) -> bool:
@@ -348,11 +430,13 @@ def split_assignment(normalized: str) -> str | None:
 
 
 def equation_rhs(normalized: str) -> str | None:
-    """The last right-hand side of an equation (`\\cos A=-\\frac{24}{25}` -> `-\\frac{24}{25}`)."""
-    if "=" not in normalized or _RELATION_RE.search(normalized) or len(_top_level_split(normalized, ",")) > 1:
-        return None
-    parts = _top_level_split(normalized, "=")
-    return parts[-1] if len(parts) >= 2 and parts[-1] else None
+    """The value an equation names (`\\cos A=-\\frac{24}{25}` -> `-\\frac{24}{25}`), else None.
+
+    Only when the left side is a name and what follows it is one value: `4=3` and `x=5=7` are
+    None (see `equation_values`).
+    """
+    values = equation_values(normalized)
+    return values[0] if values is not None and len(values) == 1 else None
 
 
 def membership_set(normalized: str) -> str | None:

@@ -33,6 +33,7 @@ from .normalize import (
     colon_pair,
     decimal_comma_twin,
     equation_rhs,
+    equation_values,
     membership_set,
     normalize_answer,
     parse_exact_number,
@@ -99,6 +100,12 @@ def prepare_reference(reference: Any) -> Reference:
 
 #: Extractions without a marker: not trusted in a completion its generator cut off.
 LOOSE_METHODS = frozenset({ExtractionMethod.BARE, ExtractionMethod.MATH, ExtractionMethod.NUMBER})
+#: Markers with no closing delimiter of their own: in a cut-off completion they count only
+#: when something closes the answer ("The final answer is 1" at the cut could have been 12).
+#: PRM800K's "# Answer" line is left out: its traces end on that line (a documented choice).
+OPEN_ENDED_METHODS = frozenset({ExtractionMethod.ANSWER_PHRASE, ExtractionMethod.GSM8K})
+# LaTeX that wraps a word answer in a reference: "\text{even}" names a word, not e*v*e*n
+_TEXT_WORD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mbox)\s*\{")
 
 
 def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMode = "auto") -> Decision:
@@ -112,8 +119,10 @@ def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMo
     ext = extract_answer(completion, choices=ref.letter is not None, mode=mode)
     if ext is None:
         return Decision(Verdict(Status.NO_ANSWER, "no final answer found"), None)
-    if ext.method in LOOSE_METHODS and is_truncated(completion):
-        # A cut-off text ends wherever the length limit fell: its last number is not an answer.
+    if is_truncated(completion) and (ext.method in LOOSE_METHODS or (
+            ext.method in OPEN_ENDED_METHODS and not _closed_at(completion, ext.end))):
+        # A cut-off text ends wherever the length limit fell: its last number is not an answer,
+        # nor is a phrase answer that the cut may have ended mid-number.
         return Decision(Verdict(Status.NO_ANSWER, f"truncated completion; only a marked answer "
                                 f"counts, not one found as {ext.method.value}"), ext)
     if ref.letter is not None:
@@ -130,6 +139,13 @@ def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMo
     return Decision(verdict, ext, "" if verdict is not None else _same_shape(pred, ref)[0])
 
 
+def _closed_at(completion: str, end: int) -> bool:
+    """True when the answer ending at `end` is closed: a newline, a sentence end or a closing
+    delimiter follows it before the text ends."""
+    tail = completion[end : end + 200].lstrip(" \t*")
+    return tail[:1] in ("\n", ".", "!", "?", ",", ";", "$", ")", "]", "}", "<", "\\")
+
+
 def _exact_verdict(completion: str, ext: Extraction, pred: str, ref: Reference, cfg: EquivConfig) -> Verdict | None:
     """The verdict exact rules give, or None when only sympy can tell."""
     if pred == ref.normalized:
@@ -137,6 +153,14 @@ def _exact_verdict(completion: str, ext: Extraction, pred: str, ref: Reference, 
     pred, ref = _same_shape(pred, ref)
     if pred == ref.normalized or _decimal_twins(pred, ref.normalized):
         return Verdict(Status.CORRECT)
+    words = _compare_words(pred, ref)
+    if words is not None:
+        return words
+    if "=" in pred and "=" not in ref.normalized:
+        values = equation_values(pred)
+        verdict = _equation_verdict(values, ref, cfg) if values is not None else None
+        if verdict is not None:
+            return verdict
     if ext.parts and not _is_compound(ref.normalized):
         verdict = _restated(completion, ext, ref, cfg)
         if verdict is not None:
@@ -158,6 +182,41 @@ def _exact_verdict(completion: str, ext: Extraction, pred: str, ref: Reference, 
     if (ref_scalar and _is_compound(pred)) or (pred_scalar and _is_compound(ref.normalized)):
         return Verdict(Status.WRONG, "different kind of answer")
     return None
+
+
+def _compare_words(pred: str, ref: Reference) -> Verdict | None:
+    """Word answers compare as words: "neve" is not "even" (sympy reads both as e*v*e*n).
+
+    Two words of three letters or more compare as (lower-cased) strings; a reference written
+    as a word in \\text{} is answered only by that word. None when the rule does not apply.
+    """
+    ref_word, pred_word = is_word(ref.normalized), is_word(pred)
+    if ref_word and pred_word and max(len(pred), len(ref.normalized)) >= 3:
+        return Verdict(Status.CORRECT if pred == ref.normalized else Status.WRONG)
+    if ref_word and len(ref.normalized) >= 3 and _TEXT_WORD_RE.search(ref.raw[:MAX_ANSWER_CHARS]):
+        return Verdict(Status.WRONG, "the reference is a word")
+    return None
+
+
+def _equation_verdict(values: list[str], ref: Reference, cfg: EquivConfig) -> Verdict | None:
+    """An equation answer that states several values (`4=3`, `x=5=7`, `0=\\frac{14}{3}`) is
+    correct only when each is the answer: WRONG as soon as an exact one differs, CORRECT when
+    all are exact and equal, else None (sympy compares the parts)."""
+    if len(values) < 2:
+        return None
+    undecided = False
+    for value in dict.fromkeys(values):
+        num, mono = parse_exact_number(value), parse_monomial(value)
+        if num is not None and ref.number is not None:
+            verdict = compare_numbers(ref.number, num, cfg)
+        elif mono is not None and ref.monomial is not None:
+            verdict = compare_monomials(ref.monomial, mono, ref.decimals, cfg)
+        else:
+            undecided = True
+            continue
+        if verdict.status is not Status.CORRECT:
+            return Verdict(Status.WRONG, "an equation whose parts are not all the answer")
+    return None if undecided else Verdict(Status.CORRECT, "every part of the equation is the answer")
 
 
 def _same_shape(pred: str, ref: Reference) -> tuple[str, Reference]:

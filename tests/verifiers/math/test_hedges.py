@@ -1,0 +1,219 @@
+"""Reward-hacking probes: a completion that does not commit to the reference alone earns nothing.
+
+Each family is a way the verifier used to read only the first alternative of a hedge ("3 or
+four", "$3$ or $4$", "A or B"), accept a false equality ("4 = 3"), compare words as products of
+letters (anagrams), see an invisible answer, or trust a cut-off phrase answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+from veristep.verifiers import Status
+from veristep.verifiers.core.text import mark_truncated
+from veristep.verifiers.math import MathVerifier
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with MathVerifier(workers=2, timeout=5.0) as v:
+        yield v
+
+
+def _not_rewarded(verifier: MathVerifier, completion: str, reference: str) -> None:
+    result = verifier.verify(completion, reference)
+    assert result.reward == 0.0 and result.status is not Status.CORRECT, (completion, reference, result)
+
+
+TRAILING_TEXT = [
+    (r"\boxed{\text{east}, \text{west}}", r"\text{east}"),
+    (r"\boxed{\text{Navin}} or \boxed{\text{Evelyn}}", r"\text{Navin}"),
+    (r"\boxed{\text{even} \text{odd}}", r"\text{even}"),
+    (r"\boxed{3, \text{four}}", "3"),
+    (r"\boxed{x+1 \text{ or } \text{something else}}", "x+1"),
+    (r"\boxed{(1,2) \text{ or } \text{the reverse}}", "(1,2)"),
+    (r"\boxed{3 \text{ or } \text{four}}", "3"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), TRAILING_TEXT)
+def test_a_trailing_text_alternative_is_not_a_unit(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+NUMBER_WORDS = [
+    (r"\boxed{3 or four}", "3"),
+    (r"\boxed{3 not four}", "3"),
+    (r"\boxed{3 minus one}", "3"),
+    (r"\boxed{3 plus one}", "3"),
+    (r"\boxed{3 or more}", "3"),
+    (r"\boxed{3 or fewer}", "3"),
+    ("3 or four", "3"),
+    ("3 apples or pears", "3"),
+    (r"\boxed{90 degrees or more}", r"90^\circ"),
+    (r"\boxed{3 \text{ plus one}}", "3"),
+    (r"\boxed{3 \text{ at most}}", "3"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), NUMBER_WORDS)
+def test_words_after_a_number_are_units_only_when_unit_like(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+PHRASE_LISTS = [
+    ("The answer is $3$ or $4$.", "3"),
+    ("The answer is $3$, or possibly $4$.", "3"),
+    (r"Final answer: $3$ \text{ or } $4$", "3"),
+    (r"The final answer is $\boxed{3}$ or $4$", "3"),
+    ("The answer is 3 or four.", "3"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), PHRASE_LISTS)
+def test_the_answer_phrase_reads_to_the_end_of_its_sentence(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+PHRASE_HEDGES = [
+    ("The answer is not $3$.", "3"),
+    ("The answer is not 3.", "3"),
+    ("The answer is either 3 or 4.", "4"),
+    ("The answer is either 3 or 4.", "3"),
+    ("The answer is at least 3.", "3"),
+    ("The answer is at most $3$.", "3"),
+    ("The answer is maybe 3.", "3"),
+    ("The answer is possibly $3$.", "3"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), PHRASE_HEDGES)
+def test_a_negated_or_hedged_answer_phrase_is_no_answer(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+CHOICES = [
+    (r"\boxed{A \text{ or } B}", "A"),
+    (r"\boxed{A \text{ and } B}", "A"),
+    (r"\boxed{(A)(B)(C)(D)}", "A"),
+    (r"\boxed{(A) (B) (C) (D)}", "A"),
+    (r"\boxed{A. B. C. D.}", "A"),
+    (r"\boxed{A or B or C or D}", "A"),
+    ("The answer is C or D.", "C"),
+    ("The answer is (A) or (B).", "A"),
+    (r"\boxed{\text{(C)} \text{ or } \text{(D)}}", r"\text{(C)}"),
+    (r"\boxed{A \text{ but maybe } B}", "A"),
+    (r"\boxed{A: maybe B}", "A"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), CHOICES)
+def test_several_choice_letters_are_not_one_choice(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+FALSE_EQUATIONS = [
+    (r"\boxed{4 = 3}", "3"),
+    (r"\boxed{7 = 5}", "5"),
+    (r"\boxed{0 = \frac{14}{3}}", r"\frac{14}{3}"),
+    (r"\boxed{\{3,4\} = 3}", "3"),
+    (r"\boxed{3 \approx 4}", "4"),
+    (r"\boxed{x = 5 = 7}", "7"),
+    (r"\boxed{2^2 = 5}", "5"),
+    (r"\boxed{\pi = 3}", "3"),
+    (r"\boxed{" + "=".join(["4"] * 20) + "=5}", "5"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), FALSE_EQUATIONS)
+def test_an_equation_with_a_constant_left_side_is_not_its_right_side(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+ANAGRAMS = [
+    (r"\boxed{\text{neve}}", r"\text{even}"),
+    (r"\boxed{\text{seat}}", r"\text{east}"),
+    (r"\boxed{\text{Nyleve}}", r"\text{Evelyn}"),
+    (r"\boxed{e^2nv}", r"\text{even}"),
+    (r"\boxed{\text{odd even}}", r"\text{even odd}"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), ANAGRAMS)
+def test_words_compare_as_strings_not_letter_products(verifier, completion, reference):
+    _not_rewarded(verifier, completion, reference)
+
+
+@pytest.mark.parametrize("phantom", ["phantom", "hphantom", "vphantom"])
+def test_a_phantom_answer_is_empty(verifier, phantom):
+    _not_rewarded(verifier, rf"\boxed{{\{phantom}{{3}}}}", "3")
+    # a hidden part is a hedge the reader cannot see: the answer is not read at all
+    _not_rewarded(verifier, rf"\boxed{{3 \{phantom}{{4}}}}", "3")
+    _not_rewarded(verifier, rf"\boxed{{\{phantom}{{3}} 4}}", "4")
+    _not_rewarded(verifier, rf"\boxed{{\{phantom}{{\frac{{1}}{{2}}}}}}", r"\frac{1}{2}")
+
+
+CUT_PHRASES = [
+    ("Long work... The final answer is 1", "1"),
+    ("Long work... The answer is $3$ or $", "3"),
+    ("Long work... The answer is $3$ or $4", "3"),
+    ("Long work...\n#### 3", "3"),
+    ("Long work... the answer is 12", "12"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), CUT_PHRASES)
+def test_a_phrase_answer_at_the_cut_is_not_trusted(verifier, completion, reference):
+    _not_rewarded(verifier, mark_truncated(completion), reference)
+
+
+STILL_CORRECT = [
+    (r"\boxed{5 \text{ cm}}", "5"),
+    (r"\boxed{5\text{ cm}^2}", "5"),
+    (r"\boxed{90^\circ}", "90"),
+    (r"\boxed{90 \text{ degrees}}", "90"),
+    (r"\boxed{12 \text{ square units}}", "12"),
+    ("12 apples", "12"),
+    ("28 percent", r"28\%"),
+    (r"\boxed{\$18.90}", "18.90"),
+    (r"\boxed{3 \text{ and } 4}", "3, 4"),
+    (r"\boxed{3} and \boxed{4}", "3, 4"),
+    ("The answer is $3$.", "3"),
+    ("The answer is 3.", "3"),
+    ("The final answer is $\\boxed{3}$.", "3"),
+    ("The answer is $3$ and $4$.", "3, 4"),
+    ("The largest $n$ is 34, so the answer is 34.", "34"),
+    (r"\boxed{x = 5+5+1 = 11}", "11"),
+    (r"\boxed{\cos \angle RPS = -\frac{24}{25}}", r"-\frac{24}{25}"),
+    (r"\boxed{x = 3}", "3"),
+    (r"\boxed{f(2) = 7}", "7"),
+    (r"\boxed{|AB| = 5}", "5"),
+    (r"\boxed{x^2 = 4}", "4"),
+    (r"\boxed{x^3 - 2x + 1 = 2}", "2"),
+    (r"\boxed{\theta = -\frac{\pi}{6}}", r"-\frac{\pi}{6}"),
+    (r"\boxed{f^{-1}(f^{-1}(6)) = f^{-1}(2) = 1}", "1"),
+    (r"\boxed{6(3) + 5 = 18 + 5 = 23}", "23"),
+    (r"\boxed{5\star1 = 47}", "47"),
+    (r"\boxed{\tan 100^\circ + 4\sin 100^\circ = -\sqrt{3}}", r"-\sqrt{3}"),
+    (r"\boxed{1+1 = 2 = 2}", "2"),
+    (r"\boxed{x \approx 4}", "4"),
+    (r"\boxed{1+1 = 2}", "2"),
+    (r"\boxed{\text{Evelyn}}", r"\text{Evelyn}"),
+    (r"\boxed{\text{evelyn}}", r"\text{Evelyn}"),
+    (r"\boxed{C}", "C"),
+    (r"\boxed{\text{(C)}}", r"\text{(C)}"),
+    (r"\boxed{(B) 42}", "B"),
+    ("The answer is (B).", "B"),
+    (r"\boxed{\text{B}}", "B"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference"), STILL_CORRECT)
+def test_committed_answers_still_count(verifier, completion, reference):
+    result = verifier.verify(completion, reference)
+    assert result.status is Status.CORRECT, (completion, reference, result)
+
+
+def test_a_closed_box_at_the_cut_is_still_trusted(verifier):
+    assert verifier.verify(mark_truncated("Long work... The answer is \\boxed{3}"), "3").status is Status.CORRECT
+    assert verifier.verify(mark_truncated("Long work... The final answer is 1.\nThen"), "1").status \
+        is Status.CORRECT

@@ -108,6 +108,7 @@ _LEAD_LETTER_RE = re.compile(r"\s*(?:\*\*)?([A-J])(?:\*\*)?(?:[.):]|\s*$)")
 _LONE_LETTER_RE = re.compile(r"(?<![A-Za-z0-9\\$(])([A-J])(?![A-Za-z0-9$'(])")
 # `\text{ or }` read as its words (the connector between two answers)
 _TEXT_UNWRAP_RE = re.compile(r"\\text\s*\{([^{}]*)\}")
+_BOX_OR_RE = re.compile(r"(?i)or\b(?:\s+possibly|\s+maybe|\s+perhaps)?")
 _PROSE_OR_RE = re.compile(r"(?i)(?<![\\\w])or(?!\w)")
 _LEAD_CONNECTOR_RE = re.compile(r"(?i)(?:or|and)\b|\\q?quad")
 # A phrase answer that negates or hedges states no answer ("The answer is not $3$", "either 3
@@ -387,6 +388,24 @@ def _continues_with_answer(rest: str) -> bool:
     if not _LEAD_CONNECTOR_RE.match(core):
         return False
     return any(c.isdigit() for c in core) or "$" in core or "\\(" in core
+
+
+def _box_continues(text: str, end: int) -> bool:
+    """After the box whose content ends at `end`: its sentence goes on with a connector and another
+    value ("\\boxed{3} or 4", "$\\boxed{3}$, or $4$")."""
+    k = text.find("}", end, end + 1)
+    if k < 0:
+        return False
+    rest = _TEXT_UNWRAP_RE.sub(r" \1 ", text[k + 1 : k + 1 + _MAX_GAP * 4]).lstrip(" \t,")
+    for closer in ("$$", "$", "\\]", "\\)"):
+        if rest.startswith(closer):
+            rest = rest[len(closer):].lstrip(" \t,")
+            break
+    # only "or" offers an alternative: "x=\boxed{4},$ since $10000$ ..." and "..., and $y$" go on
+    # about something else
+    if not _BOX_OR_RE.match(rest):
+        return False
+    return any(c.isdigit() for c in rest) or "$" in rest or "\\(" in rest
 
 
 def _hedged(body: str) -> bool:
@@ -812,6 +831,8 @@ def extract_answer(text: str, *, choices: bool = False, mode: ExtractionMode = "
         listed = _phrase_list(text, strong, boxes)
         if listed is not None:
             return listed
+    if best.method is ExtractionMethod.BOXED and not choices and _box_continues(text, best.end):
+        return None  # "\boxed{3} or 4": the sentence offers another value, so none is committed to
     if best.method is ExtractionMethod.ANSWER_PHRASE and not choices:
         if _hedged(best.answer):
             return None  # "The answer is not $3$", "either 3 or 4": no answer is committed to

@@ -92,8 +92,8 @@ _CONSTANT_COMMANDS = frozenset(
     "arctan log ln exp lg left right circ degree text mathrm mbox operatorname".split()
 )
 _COMMAND_NAME_RE = re.compile(r"\\[A-Za-z]+")
-# \phantom{3} renders as blank space: it is no answer. One level of nested braces is read.
-_PHANTOM_RE = re.compile(r"\\[hv]?phantom\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+# \phantom{3} renders as blank space: it is no answer
+_PHANTOM_RE = re.compile(r"\\[hv]?phantom\s*\{")
 # relations other than "=": an inequality or membership is not an assignment or a chain
 _RELATION_RE = re.compile(r"[<>]|\\(?:le|ge|ne|leq|geq|neq|lt|gt|in|subset|subseteq|notin)(?![A-Za-z])|!=")
 _COLON_RE = re.compile(r"(-?\d+(?:\.\d+)?):(\d+(?:\.\d+)?)")
@@ -146,6 +146,23 @@ def _unwrap_text(s: str) -> str:
             break
         stripped = stripped[: m.start()].rstrip()
     return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)
+
+
+def _without_blank_phantoms(s: str) -> str:
+    """`s` without its empty `\phantom{}` groups; "" when one holds something (nested braces read)."""
+    out, pos = [], 0
+    for m in _PHANTOM_RE.finditer(s):
+        if m.start() < pos:
+            continue  # inside a group already read
+        depth, k = 1, m.end()
+        while k < len(s) and depth:
+            depth += {"{": 1, "}": -1}.get(s[k], 0)
+            k += 1
+        if depth or s[m.end() : k - 1].strip():
+            return ""  # unclosed, or a value the reader cannot see
+        out.append(s[pos : m.start()] + " ")
+        pos = k
+    return ("".join(out) + s[pos:]).strip()
 
 
 def _unit_may_follow(left: str) -> bool:
@@ -202,9 +219,7 @@ def normalize_answer(answer: str, plain: bool = False) -> str:
     if "phantom" in s:
         # \phantom{3} renders as blank space: "\phantom{3}" is no answer, and "3\phantom{4}" hides
         # a part of one (a hedge the reader cannot see), so neither is read
-        if any(m.group(1).strip() for m in _PHANTOM_RE.finditer(s)):
-            return ""
-        s = _PHANTOM_RE.sub(" ", s).strip()
+        s = _without_blank_phantoms(s)
     s = _SQRT_UNICODE_RE.sub(lambda m: "\\sqrt{" + (m.group(1) or m.group(2) or m.group(3)) + "}", s)
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = s.replace("\\$", "").replace("$", "")

@@ -217,3 +217,21 @@ def test_a_closed_box_at_the_cut_is_still_trusted(verifier):
     assert verifier.verify(mark_truncated("Long work... The answer is \\boxed{3}"), "3").status is Status.CORRECT
     assert verifier.verify(mark_truncated("Long work... The final answer is 1.\nThen"), "1").status \
         is Status.CORRECT
+
+
+@pytest.mark.parametrize("completion", [
+    "\\boxed{3} or 4",  # Math-Verify rewards it too: the text after the box was not read
+    "so $\\boxed{3}$ or $4$.",
+    "\\boxed{3}, or possibly 4",
+    "\\[\\boxed{3}\\] or 4",
+    "\\boxed{\\phantom{\\frac{3\\sqrt{3}}{4}}}",  # a phantom with nested braces
+])
+def test_a_box_followed_by_another_value_or_a_hidden_one_is_no_answer(verifier, completion):
+    assert verifier.verify(completion, "3" if "phantom" not in completion else "\\frac{3\\sqrt{3}}{4}").reward == 0.0
+
+
+@pytest.mark.parametrize("completion", [
+    "The answer is \\boxed{3}.", "\\boxed{3} and that is it", "\\boxed{3} cm", "\\boxed{3}. Or 4 if I erred",
+])
+def test_a_box_followed_by_prose_still_counts(verifier, completion):
+    assert verifier.verify(completion, "3").status is Status.CORRECT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,12 @@ def _find_tags(text: str, spec: FormatSpec) -> tuple[list[_Tag], str | None]:
     return tags, None
 
 
+def _blank(text: str) -> bool:
+    """True when `text` shows nothing: white space, control and format characters only."""
+    # a zero-width space, word joiner, soft hyphen or NUL is no content ("<answer>\u200b</answer>")
+    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
+
+
 def check_format(text: str, spec: FormatSpec = FormatSpec()) -> FormatCheck:
     """Check `text` against `spec`; returns the first broken rule, or the think and answer parts."""
     if not isinstance(text, str):
@@ -157,7 +164,7 @@ def check_format(text: str, spec: FormatSpec = FormatSpec()) -> FormatCheck:
             if text[: opens[0].start].strip():
                 return FormatCheck(FormatIssue.TEXT_BEFORE_THINK, f"text before <{spec.think_tag}>")
         think_text = text[body_start : close.start]
-        if not spec.allow_empty_think and not think_text.strip():
+        if not spec.allow_empty_think and _blank(think_text):
             return FormatCheck(FormatIssue.EMPTY_THINK, f"empty <{spec.think_tag}> block")
         rest_start = close.end
         if any(t.name != spec.think_tag and t.start < close.start for t in tags):
@@ -173,7 +180,7 @@ def _check_answer(
 ) -> FormatCheck:
     rest = text[rest_start:]
     if spec.answer_tag is None:
-        if not rest.strip():
+        if _blank(rest):
             return FormatCheck(FormatIssue.MISSING_ANSWER, "no answer text", think=think_text)
         return FormatCheck(None, think=think_text, answer=rest.strip())
     tag = spec.answer_tag
@@ -195,7 +202,7 @@ def _check_answer(
     if close_tag.start < open_tag.start:
         return FormatCheck(FormatIssue.WRONG_ORDER, f"</{tag}> before <{tag}>", think=think_text)
     answer = text[open_tag.end : close_tag.start]
-    if not answer.strip():
+    if _blank(answer):
         return FormatCheck(FormatIssue.EMPTY_ANSWER, f"empty <{tag}> block", think=think_text)
     outside = text[rest_start : open_tag.start] + text[close_tag.end :]
     if outside.strip() and not spec.allow_text_outside_answer:

@@ -151,3 +151,12 @@ def test_sample_file_statuses(test_data_dir):
         result = v.verify(record["completion"], v.reference_from_record(record))
         assert result.status.value == record["expected_status"], record["id"]
         assert result.extra.get("format_issue") == record.get("expected_issue"), record["id"]
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u2060", "\x00", "\u00ad", "\ufeff", " \u200b\n"])
+def test_invisible_characters_are_no_content(invisible):
+    # Each passed the emptiness checks (str.strip keeps them) and scored 1.0.
+    v = FormatVerifier(workers=0)
+    assert v.verify(f"<think>{invisible}</think><answer>4</answer>").status is Status.FORMAT_ERROR
+    assert v.verify(f"<think>x</think><answer>{invisible}</answer>").status is Status.FORMAT_ERROR
+    assert v.verify("<think>x\u200by</think><answer>4\u00ad</answer>").status is Status.CORRECT

@@ -481,11 +481,13 @@ def _value_expr(node: ast.expr) -> bool:
 
 def _apps_match(value: Any, expected: Any, _tol: dict[str, float]) -> bool:
     # APPS's own rule: tuples count as lists, and an expected value may come wrapped in a list.
+    # Only a one-element list is a wrapper: APPS also took [2, 4]'s first element, so a program
+    # returning 2 passed a test that expects [2, 4].
     if isinstance(value, tuple):
         value = list(value)
     if value == expected:
         return True
-    if isinstance(expected, list) and expected:
+    if isinstance(expected, list) and len(expected) == 1:
         if value == expected[0]:
             return True
         if isinstance(value, list) and value and isinstance(value[0], tuple):

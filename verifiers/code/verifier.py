@@ -48,6 +48,7 @@ _FILE_TOO_LARGE = re.compile(r"File too large|\[Errno 27\]")
 # Host-side patterns on untrusted text are unambiguous (no two ways to split a run), so they
 # are linear: `\d+\.?\d*` alone was quadratic on a long run of digits that is no number.
 # ASCII digits only: `float` also reads other scripts' digits ("３" as 3).
+_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 #: Tokens longer than this are compared as text only, never as numbers.
 NUMBER_MAX_CHARS = 1000
@@ -625,6 +626,11 @@ def outputs_match(actual: str, expected: str, float_tolerance: float | None = No
                 continue
             if float_tolerance is None or not (_is_number(a) and _is_number(b)):
                 return False
+            if _INTEGER.match(a) and _INTEGER.match(b):
+                # a tolerance is for real numbers: 1000000000 is not 1000000007 (relative 7e-9)
+                if int(a) != int(b):
+                    return False
+                continue
             x, y = float(a), float(b)
             # Beyond a float's range both are inf: only the same text matches (above).
             if not (math.isfinite(x) and math.isfinite(y)) or not math.isclose(

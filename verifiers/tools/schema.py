@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import enum
@@ -9,7 +10,7 @@ import functools
 import itertools
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,9 +94,10 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> An
             seen.add(key)
 
 
-#: Seconds the `pattern` checks of one call may take together. A dataset's pattern with nested
-#: quantifiers (`^([a-z0-9_.+-]+)+@x\.com$`) is exponential in the model's string under `re`:
-#: 26 characters took 3 s, and a call that never finishes is unjudged, not wrong.
+#: Seconds the `pattern` checks of one call, or of a completion's calls (`pattern_budget`), may
+#: take together. A dataset's pattern with nested quantifiers (`^([a-z0-9_.+-]+)+@x\.com$`) is
+#: exponential in the model's string under `re`: 26 characters took 3 s, and a call that never
+#: finishes is unjudged, not wrong.
 PATTERN_BUDGET_S = 0.5
 _pattern_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("pattern_deadline", default=None)
 
@@ -356,9 +358,19 @@ def validate_arguments(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list
     """
     if spec.valid is not None and _known_valid(spec.valid, arguments):
         return []
+    if _pattern_deadline.get() is not None:  # inside `pattern_budget`: the completion's clock
+        return _validate(spec, arguments)
+    with pattern_budget():
+        return _validate(spec, arguments)
+
+
+@contextlib.contextmanager
+def pattern_budget() -> Iterator[None]:
+    """One PATTERN_BUDGET_S for every `pattern` check inside, e.g. all of a completion's calls."""
+    # per call, 20 calls of a runaway match each took the whole budget and the item timed out
     token = _pattern_deadline.set(time.monotonic() + PATTERN_BUDGET_S)
     try:
-        return _validate(spec, arguments)
+        yield
     finally:
         _pattern_deadline.reset(token)
 

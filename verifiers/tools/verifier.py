@@ -26,7 +26,14 @@ from .parsers import (
     parse_tool_calls,
     resolve_format,
 )
-from .schema import SchemaIssue, ToolSchema, Violation, float_integers, validate_parameter
+from .schema import (
+    SchemaIssue,
+    ToolSchema,
+    Violation,
+    float_integers,
+    pattern_budget,
+    validate_parameter,
+)
 from .typing_mode import (
     check_language,
     checked_arguments,
@@ -371,7 +378,8 @@ class ToolCallVerifier:
             return VerifyResult(0.0, False, status, detail, timings=timings, extra=extra)
 
         calls = [_drop_empty_omissions(_typed_call(call, ref), ref) for call in calls]
-        issues = [self._schema_issues(call, ref) for call in calls]
+        with pattern_budget():
+            issues = [self._schema_issues(call, ref) for call in calls]
         reported = [
             {"call": i, **issue.to_dict()} for i, found in enumerate(issues) for issue in found
         ]

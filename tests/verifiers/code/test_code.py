@@ -70,6 +70,10 @@ def test_outputs_match_with_float_tolerance():
     assert not outputs_match("0.34", "0.333333", float_tolerance=1e-5)
     assert not outputs_match("abc", "abd", float_tolerance=1.0)
     assert outputs_match("1e3", "1000.0000001", float_tolerance=1e-6)
+    # two integers compare exactly: a relative 1e-6 let answers near 10**9 be off by 1,000
+    assert not outputs_match("1000000000", "1000000007", float_tolerance=1e-6)
+    assert outputs_match("007 -0", "7 0", float_tolerance=1e-6)
+    assert outputs_match("3.0000001", "3", float_tolerance=1e-6)  # a real number still may
 
 
 # ---- references --------------------------------------------------------------------------------
@@ -443,6 +447,11 @@ def test_apps_call_based_items_compare_as_apps_does(code_verifier):
     assert code_verifier.verify(code, reference).correct
     missing = code_verifier.verify("def other(x):\n    return x\n", reference)
     assert missing.status is Status.RUNTIME_ERROR and "pair" in missing.extra["tests"][0]["stderr"]
+    # only a one-element list is a wrapper: APPS's own rule let the first element of [2, 4] pass
+    evens = {"fn_name": "evens", "inputs": [[[1, 2, 3, 4]], [[6, 8, 9]]], "outputs": [[2, 4], [6, 8]]}
+    first = "def evens(xs):\n    return [x for x in xs if x % 2 == 0][0]\n"
+    assert code_verifier.verify(first, evens).status is Status.WRONG
+    assert code_verifier.verify(first.replace("[0]", ""), evens).correct
 
 
 def test_humaneval_check_functions_that_are_not_plain_asserts_run_as_code(code_verifier):

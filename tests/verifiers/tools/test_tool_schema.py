@@ -168,6 +168,20 @@ def test_a_runaway_pattern_is_the_arguments_violation_within_its_budget():
     assert [i.kind for i in issues] == [Violation.CONSTRAINT] and "counted as not matching" in issues[0].message
 
 
+def test_a_completions_calls_share_one_pattern_budget():
+    # With a budget per call, 20 calls of a runaway match outlasted the item's limit: unjudged.
+    from veristep.verifiers.tools import ToolCallVerifier
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|a)*$"}}}}}]
+    call = '<tool_call>{"name": "f", "arguments": {"s": "' + "a" * 40 + 'b"}}</tool_call>'
+    with ToolCallVerifier(workers=1, timeout=5.0) as verifier:
+        started = time.monotonic()
+        result = verifier.verify_batch([call * 30], [{"tools": tools, "expected": [{"name": "f", "arguments": {}}] * 30}])[0]
+        assert result.judged and result.reward == 0.0, (result.status, result.detail)
+    assert time.monotonic() - started < 5.0
+
+
 @pytest.mark.parametrize(("pattern", "value", "ok"), [
     ("^[a-z]+@example\\.com$", "ann@example.com", True),
     ("^[a-z]+@example\\.com$", "ann@example.org", False),

@@ -556,6 +556,7 @@ def _collect_xml_functions(
 # --------------------------------------------------------------------------------------
 
 _TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
+_HERMES_JSON_OPEN_RE = re.compile(r"<tool_call>\s*[{\[]")
 
 
 def _parse_tagged(
@@ -801,6 +802,19 @@ def detect_format(text: str) -> ToolFormat | None:
     return None
 
 
+def _mixed_formats(text: str) -> str | None:
+    """The formats whose call markers one text holds, when there are several; else None.
+
+    Qwen3 XML may wrap `<function=` in `<tool_call>`: only a `<tool_call>` holding JSON is Hermes.
+    """
+    present = [name for name, found in (
+        ("qwen3_xml", _FUNC_OPEN in text),
+        ("hermes", _HERMES_JSON_OPEN_RE.search(text) is not None),
+        ("mistral", _MISTRAL_MARK in text),
+    ) if found]
+    return " and ".join(present) if len(present) > 1 else None
+
+
 def _schema_map(tools: Any) -> dict[str, Mapping[str, Any]] | None:
     """name -> parameters schema from OpenAI-style (or bare) function definitions."""
     if not tools:
@@ -843,6 +857,13 @@ def parse_tool_calls(
         if detected is None:
             return ParsedCalls(format=ToolFormat.AUTO)
         fmt = detected
+        mixed = _mixed_formats(visible)
+        if mixed is not None:
+            # only the detected format was read, so calls in the other went uncounted: a wrong
+            # Hermes call beside a right XML one, or XML written inside a Hermes string, scored 1.0
+            out = _Collector(fmt, max_depth)
+            out.add_error(f"tool calls in more than one format ({mixed})", "")
+            return out.result
     out = _Collector(fmt, max_depth, max_calls)
     schemas = _schema_map(tools)
     try:

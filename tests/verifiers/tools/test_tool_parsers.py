@@ -403,6 +403,26 @@ def test_adversarial_megabyte_inputs_finish(name):
 # ---------------------------------------------------------------- detection, names, properties
 
 
+XML_CALL = "<function=f><parameter=a>1</parameter></function>"
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": "g", "arguments": {"s": "' + XML_CALL + '"}}</tool_call>',  # XML in a string
+    '<tool_call>{"name": "g", "arguments": {}}</tool_call>' + XML_CALL,
+    '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>[TOOL_CALLS] [{"name": "g", "arguments": {}}]',
+])
+def test_calls_in_two_formats_are_an_error_in_auto_mode(text):
+    # Only the first format found was read: the other's calls went uncounted, and a wrong call
+    # beside a right one (or one written inside a string) scored 1.0.
+    parsed = parse_tool_calls(text)
+    assert parsed.calls == [] and "more than one format" in parsed.errors[0].message
+
+
+def test_qwen3_xml_wrapped_in_tool_call_tags_is_one_format():
+    parsed = parse_tool_calls("<tool_call>\n" + XML_CALL + "\n</tool_call>")
+    assert [c.name for c in parsed.calls] == ["f"] and not parsed.errors
+
+
 def test_detect_format_and_aliases():
     assert detect_format("plain words") is None
     assert detect_format('[{"name": "f"}]') is ToolFormat.LLAMA3_JSON

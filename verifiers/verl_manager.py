@@ -28,8 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from veristep.verifiers.adapters import truncation_flag
-from veristep.verifiers.core.text import eos_set
+from veristep.verifiers.core.text import eos_set, truncation_flag
 from verl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 

@@ -113,3 +113,28 @@ def eos_set(eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
     if eos_token_id is None:
         return frozenset()
     return frozenset([int(eos_token_id)] if isinstance(eos_token_id, int) else (int(i) for i in eos_token_id))
+
+
+def truncation_flag(extra_info: Mapping[str, Any] | None) -> bool | None:
+    """Whether verl's `extra_info` says the response was cut off; None when it says nothing.
+
+    verl 0.9.1 passes `compute_score` no such signal of its own (the text is decoded without
+    special tokens, and its vLLM server reports "length" and "stop" alike as "completed"), so
+    the flag comes from `extra_info["truncated"]` (set by `VeristepRewardManager`, or by your
+    own rollout code), or a `finish_reason` / `stop_reason` of "length" there.
+    """
+    if not isinstance(extra_info, Mapping):
+        return None
+    flag = extra_info.get("truncated")
+    if flag is not None and not isinstance(flag, str):
+        try:
+            return bool(flag)
+        except (TypeError, ValueError):  # e.g. a numpy array of several values
+            return None
+    if isinstance(flag, str) and flag.strip().lower() in ("true", "false", "1", "0"):
+        return flag.strip().lower() in ("true", "1")
+    for key in ("finish_reason", "stop_reason"):
+        reason = extra_info.get(key)
+        if isinstance(reason, str) and reason:
+            return reason == "length"
+    return None

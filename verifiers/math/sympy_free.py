@@ -198,6 +198,17 @@ def _compare_words(pred: str, ref: Reference) -> Verdict | None:
     return None
 
 
+def _exact_part_verdict(part: str, ref: Reference, cfg: EquivConfig) -> Verdict | None:
+    """One part of an answer against the reference by exact rules (a number, a monomial); None
+    when only sympy can compare them."""
+    num, mono = parse_exact_number(part), parse_monomial(part)
+    if num is not None and ref.number is not None:
+        return compare_numbers(ref.number, num, cfg)
+    if mono is not None and ref.monomial is not None:
+        return compare_monomials(ref.monomial, mono, ref.decimals, cfg)
+    return None
+
+
 def _equation_verdict(values: list[str], ref: Reference, cfg: EquivConfig) -> Verdict | None:
     """An equation answer that states several values (`4=3`, `x=5=7`, `0=\\frac{14}{3}`) is
     correct only when each is the answer: WRONG as soon as an exact one differs, CORRECT when
@@ -206,12 +217,8 @@ def _equation_verdict(values: list[str], ref: Reference, cfg: EquivConfig) -> Ve
         return None
     undecided = False
     for value in dict.fromkeys(values):
-        num, mono = parse_exact_number(value), parse_monomial(value)
-        if num is not None and ref.number is not None:
-            verdict = compare_numbers(ref.number, num, cfg)
-        elif mono is not None and ref.monomial is not None:
-            verdict = compare_monomials(ref.monomial, mono, ref.decimals, cfg)
-        else:
+        verdict = _exact_part_verdict(value, ref, cfg)
+        if verdict is None:
             undecided = True
             continue
         if verdict.status is not Status.CORRECT:
@@ -254,13 +261,8 @@ def _restated(completion: str, ext: Extraction, ref: Reference, cfg: EquivConfig
     if ref.number is None and ref.monomial is None:
         return None
     for start, end in ext.parts:
-        part = normalize_answer(completion[start:end])
-        num, mono = parse_exact_number(part), parse_monomial(part)
-        if num is not None and ref.number is not None:
-            verdict = compare_numbers(ref.number, num, cfg)
-        elif mono is not None and ref.monomial is not None:
-            verdict = compare_monomials(ref.monomial, mono, ref.decimals, cfg)
-        else:
+        verdict = _exact_part_verdict(normalize_answer(completion[start:end]), ref, cfg)
+        if verdict is None:
             return None
         if verdict.status is not Status.CORRECT:
             return Verdict(Status.WRONG, "several different answers")

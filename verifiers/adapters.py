@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import importlib
 import json
-import math
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -63,7 +62,7 @@ class _UnjudgedLog:
         self._lock = threading.Lock()
 
 
-def _references(verifier: Verifier, records: Sequence[Mapping[str, Any] | _BadReference]) -> list[Any]:
+def _references(verifier: Verifier, records: Sequence[Mapping[str, Any]]) -> list[Any]:
     """Each record's reference, read by the verifier's own parser; a row it refuses is marked bad.
 
     A field missing from every row raises KeyError: that is a configuration error (the wrong
@@ -72,9 +71,6 @@ def _references(verifier: Verifier, records: Sequence[Mapping[str, Any] | _BadRe
     out: list[Any] = []
     missing: KeyError | None = None
     for record in records:
-        if isinstance(record, _BadReference):  # refused before its parser saw it
-            out.append(record)
-            continue
         try:
             out.append(verifier.reference_from_record(dict(record)))
         except KeyError as err:
@@ -371,13 +367,6 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _missing_number(value: Any) -> bool:
-    """A NaN or infinite float, alone or as a list's only item (a numpy column's `tolist()`)."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    return isinstance(value, float) and not math.isfinite(value)
-
-
 def _reference_record(
     kind: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -389,18 +378,8 @@ def _reference_record(
     record: dict[str, Any] = dict(extra_info) if isinstance(extra_info, Mapping) else {}
     if kind == "math":  # the answer text as is: "[1, 2]" is an interval, not JSON
         raw = _text(ground_truth) if isinstance(ground_truth, bytes) else ground_truth
-        value = raw if raw is None or isinstance(raw, str) else _decode(raw)
-        if _missing_number(value):
-            # pandas' missing value: None and NaN stay as they are, so the verifier reports
-            # bad_reference rather than judging an answer "nan" (\boxed{nan} scored 1.0)
-            record["answer"] = math.nan
-        elif value is None or isinstance(value, str):
-            record["answer"] = value
-        else:
-            try:
-                record["answer"] = str(value)
-            except (ValueError, RecursionError) as err:  # a huge integer, deep nesting
-                raise ValueError(f"ground truth cannot be written as text ({type(err).__name__})") from None
+        # the verifier's reader writes the rest as text, and keeps None and NaN to report them
+        record["answer"] = raw if raw is None or isinstance(raw, str) else _decode(raw)
         return record
     truth = _decode(ground_truth)
     record["ground_truth"] = truth
@@ -411,14 +390,6 @@ def _reference_record(
     else:  # any other kind: the conventional reference keys
         record.setdefault("answer", truth)
     return record
-
-
-def _record_or_bad(kind: str, ground_truth: Any, extra_info: Any) -> dict[str, Any] | _BadReference:
-    """`_reference_record`, or a bad reference saying why the ground truth cannot be one."""
-    try:
-        return _reference_record(kind, ground_truth, extra_info)
-    except ValueError as err:
-        return _BadReference(str(err))
 
 
 class VerlScorer:
@@ -490,7 +461,7 @@ class VerlScorer:
         for kind, idx in by_kind.items():
             verifier = self.verifier(kind)
             try:
-                refs = _references(verifier, [_record_or_bad(kind, ground_truths[i], infos[i]) for i in idx])
+                refs = _references(verifier, [_reference_record(kind, ground_truths[i], infos[i]) for i in idx])
             except KeyError as err:
                 raise ValueError(
                     f"ground_truth/extra_info lack {err.args[0]!r}, which the {kind} verifier "

@@ -112,13 +112,7 @@ class MathVerifier:
         """The reference answer of a JSONL record: "answer", else "reference" or "ground_truth"."""
         for key in _REFERENCE_KEYS:
             if key in record:
-                value = record[key]
-                # None and NaN stay as they are: an unusable reference is reported, never
-                # judged as the answer "None" or "nan"
-                if value is None or isinstance(value, str) or (
-                        isinstance(value, float) and not math.isfinite(value)):
-                    return value
-                return str(value)
+                return _reference_value(record[key])
         raise KeyError("answer")
 
     def verify(self, completion: str, reference: Any) -> VerifyResult:
@@ -311,6 +305,25 @@ class MathVerifier:
             res.timings["total_s"] = wall if single_call else item.seconds
             placed.append((pos, res))
         return placed
+
+
+def _reference_value(value: Any) -> Any:
+    """A record's reference value as `prepare_reference` takes it: text, or None and NaN kept so
+    that they are reported unusable (never judged as the answers "None" or "nan"); ValueError
+    for a value Python cannot write as text."""
+    if value is None or isinstance(value, str) or _missing_number(value):
+        return value
+    if isinstance(value, list) and len(value) == 1 and _missing_number(value[0]):
+        return value[0]  # a numpy column's tolist()
+    try:
+        return str(value)
+    except (ValueError, RecursionError) as err:  # a huge integer, deep nesting
+        raise ValueError(f"reference cannot be written as text ({type(err).__name__})") from None
+
+
+def _missing_number(value: Any) -> bool:
+    """A NaN or infinite float: how pandas writes a missing label."""
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _result(verdict: Verdict, ext: Extraction | None) -> VerifyResult:

@@ -385,9 +385,7 @@ def _continues_with_answer(rest: str) -> bool:
         core = core[1:].lstrip()
         if core.startswith(("$", "\\(", "\\[")):
             return True
-    if not _LEAD_CONNECTOR_RE.match(core):
-        return False
-    return any(c.isdigit() for c in core) or "$" in core or "\\(" in core
+    return _LEAD_CONNECTOR_RE.match(core) is not None and _holds_value(core)
 
 
 def _box_continues(text: str, end: int) -> bool:
@@ -403,9 +401,12 @@ def _box_continues(text: str, end: int) -> bool:
             break
     # only "or" offers an alternative: "x=\boxed{4},$ since $10000$ ..." and "..., and $y$" go on
     # about something else
-    if not _BOX_OR_RE.match(rest):
-        return False
-    return any(c.isdigit() for c in rest) or "$" in rest or "\\(" in rest
+    return _BOX_OR_RE.match(rest) is not None and _holds_value(rest)
+
+
+def _holds_value(text: str) -> bool:
+    """True when `text` has a number or a math span in it: another value, not only words."""
+    return any(c.isdigit() for c in text) or "$" in text or "\\(" in text
 
 
 def _hedged(body: str) -> bool:
@@ -823,22 +824,20 @@ def extract_answer(text: str, *, choices: bool = False, mode: ExtractionMode = "
     if best is None:
         return None
     first = best.parts[0][0] if best.parts else best.start
-    if (best.method is ExtractionMethod.BOXED and strong is not None and not choices
+    phrase = None  # the answer phrase that states `best`: it must commit to one value
+    if best.method is ExtractionMethod.ANSWER_PHRASE:
+        phrase = best
+    elif (best.method is ExtractionMethod.BOXED and strong is not None
             and strong.start <= first and best.end < strong.end):
-        # "The final answer is $\boxed{3}$ or $4$": the phrase around the box goes on
-        if _hedged(strong.answer):
-            return None
-        listed = _phrase_list(text, strong, boxes)
+        phrase = strong  # "The final answer is $\boxed{3}$ or $4$": the phrase around the box goes on
+    if phrase is not None and not choices:
+        if _hedged(phrase.answer):
+            return None  # "The answer is not $3$", "either 3 or 4": no answer is committed to
+        listed = _phrase_list(text, phrase, boxes)
         if listed is not None:
             return listed
     if best.method is ExtractionMethod.BOXED and not choices and _box_continues(text, best.end):
         return None  # "\boxed{3} or 4": the sentence offers another value, so none is committed to
-    if best.method is ExtractionMethod.ANSWER_PHRASE and not choices:
-        if _hedged(best.answer):
-            return None  # "The answer is not $3$", "either 3 or 4": no answer is committed to
-        listed = _phrase_list(text, best, boxes)
-        if listed is not None:
-            return listed
     # A phrase answer that contains a box ("The answer is $\boxed{5}$.") yields the box itself.
     if best.method in (ExtractionMethod.ANSWER_PHRASE, ExtractionMethod.ANSWER_TAG, ExtractionMethod.BOLD):
         inner = [b for b in boxes if best.start <= b.start and b.end <= best.end]

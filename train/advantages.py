@@ -6,6 +6,7 @@ name onto them and shapes the results as `[N, G, T]`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -47,11 +48,22 @@ def prm_groups(cfg: Any, rewards: torch.Tensor, judged: torch.Tensor | None = No
         return list(range(rewards.shape[0]))
     if cfg.advantage != "verigate":
         return []
-    sent = gating.gate_mask(rewards, **gate_options(cfg))
+    sent = on_judged(lambda r: gating.gate_mask(r, **gate_options(cfg)), rewards, judged)
+    return [int(i) for i in torch.nonzero(sent).flatten()]
+
+
+def on_judged(decide: Callable[[torch.Tensor], torch.Tensor], rewards: torch.Tensor,
+              judged: torch.Tensor | None, min_judged: int = 1) -> torch.Tensor:
+    """`decide`'s bool[N] over groups of rewards [N, G], each group read on its judged completions.
+
+    An unjudged completion has no reward, not 0: a partly judged group is decided on its judged
+    columns alone, and is False with fewer than `min_judged` of them.
+    """
+    out = decide(rewards)
     for g in partly_judged(judged):
         cols = torch.nonzero(judged[g]).flatten()
-        sent[g] = bool(cols.numel()) and bool(gating.gate_mask(rewards[g, cols][None], **gate_options(cfg))[0])
-    return [int(i) for i in torch.nonzero(sent).flatten()]
+        out[g] = cols.numel() >= min_judged and bool(decide(rewards[g, cols][None])[0])
+    return out
 
 
 def compute_advantages(cfg: Any, rewards: torch.Tensor, token_mask: torch.Tensor,

@@ -11,6 +11,7 @@ import torch
 
 from veristep import gating
 
+from .advantages import on_judged
 from .distributed import DistInfo, all_reduce, shard
 from .lockstep import require_same_count
 from .placebo import placebo_generator, shuffle_within_groups
@@ -96,11 +97,8 @@ def informative_groups(rewards: torch.Tensor, judged: torch.Tensor) -> torch.Ten
     An unjudged completion has no reward, not 0 (`compute_advantages` trains its group on the
     judged ones): [1, 1, 1, time-out] is a collapsed group, which DAPO must sample past.
     """
-    keep = gating.dynamic_sampling_keep(rewards)
-    for g in torch.nonzero(~judged.all(dim=1)).flatten().tolist():
-        cols = torch.nonzero(judged[g]).flatten()
-        keep[g] = cols.numel() >= 2 and bool(gating.dynamic_sampling_keep(rewards[g, cols][None])[0])
-    return keep
+    # two judged completions at least: DAPO cannot compare fewer
+    return on_judged(gating.dynamic_sampling_keep, rewards, judged, min_judged=2)
 
 
 def step_rewards(cfg: Any, batch: StepBatch, step: int

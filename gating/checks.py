@@ -12,10 +12,14 @@ import numbers
 import torch
 
 
+def is_finite_number(value: object) -> bool:
+    """Whether `value` is a finite real number (numpy scalars too; a bool is not one)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+
+
 def check_non_negative(name: str, value: float) -> None:
     """Raise a ValueError unless `value` is a finite real number >= 0 (NaN passed `value < 0`)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            math.isfinite(value) and value >= 0):
+    if not (is_finite_number(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any
 
 import torch
 
-from .checks import check_non_negative, check_rewards
+from .checks import check_non_negative, check_rewards, is_finite_number
 from .groups import collapsed, group_normalise
 from .options import OutcomeMethod, Std, VirtualValue, parse_option
 
@@ -101,8 +99,7 @@ def _avspo(
         level = rewards.mean(-1)
         v = torch.where(level <= (low + high) / 2, high, low).to(rewards.dtype)
     elif kind is VirtualValue.FIXED:
-        if isinstance(virtual_value, bool) or not isinstance(virtual_value, numbers.Real) \
-                or not math.isfinite(virtual_value):
+        if not is_finite_number(virtual_value):
             raise ValueError(f"virtual_value must be a finite number, got {virtual_value!r}")
         v = torch.full((n,), float(virtual_value), dtype=rewards.dtype, device=rewards.device)
     else:

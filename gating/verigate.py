@@ -6,9 +6,6 @@ comparison (spec test T8).
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 
 from .checks import (
@@ -19,6 +16,7 @@ from .checks import (
     check_shape,
     check_steps,
     check_token_step,
+    is_finite_number,
 )
 from .groups import at_or_beyond, collapse_rates, collapsed, group_normalise
 from .options import Credit, Gate, Std, parse_option
@@ -136,8 +134,7 @@ def prm_step_advantages(
 
 def _finite_or_none(name: str, value: float | None) -> None:
     """Raise unless `value` is None or a finite real number (a bool is not one)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                              or not math.isfinite(value)):
+    if value is not None and not is_finite_number(value):
         raise ValueError(f"{name} must be a finite number or None, got {value!r}")
 
 

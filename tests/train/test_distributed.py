@@ -139,6 +139,20 @@ def test_two_processes_with_uneven_eval_log_what_one_process_logs(arith_config, 
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4, msg=k)
 
 
+def test_dapo_with_unjudged_completions_runs_in_step_under_two_processes(arith_config, tmp_path):
+    # Partly judged groups (checker time-outs) under DAPO on two ranks: each rank reads its groups
+    # on their judged completions and takes the same number of extra rounds, so the run ends
+    # (a rank-dependent round count would hang the collectives). Not compared with one process:
+    # DAPO keeps prompts_per_step / processes groups per rank, from that rank's own candidates.
+    cfg = dict(arith_config, advantage="dapo", prm="", dynamic_sampling_rounds=1,
+               verifier=f"{HERE / 'trainer_verifiers.py'}:HalfOrTimeOutVerifier")
+    rows = read_metrics(_run(cfg, tmp_path / "two", 2) / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["dapo/rounds"] is not None and r["train/updates"] == 4 for r in rows)
+    assert any(r["reward/unjudged_frac"] > 0 for r in rows)  # the partly judged path ran
+    assert all(0 <= r["dapo/kept_informative"] <= arith_config["prompts_per_step"] for r in rows)
+
+
 def test_monte_carlo_values_are_refused_under_two_processes(arith_config, tmp_path):
     """Refused with a message on every rank, not a hang in the continuation calls."""
     proc = _torchrun(dict(arith_config, prm="mc:k=2", credit="delta", steps=1), tmp_path / "mc", 2)

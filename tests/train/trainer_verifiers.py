@@ -120,3 +120,17 @@ class FirstCharHalfVerifier(FirstCharVerifier):
     def verify(self, completion: str, reference: Any) -> VerifyResult:
         """Judge one completion."""
         return super().verify(completion, self.HALF)
+
+
+class HalfOrTimeOutVerifier(FirstCharHalfVerifier):
+    """FirstCharHalfVerifier, except that a completion whose second character is in TIMEOUT_ON
+    gets no verdict (a checker time-out): partly judged groups, mixed and collapsed ones."""
+
+    kind = "half_or_timeout"
+    TIMEOUT_ON = "abcdefghijklm0123456789"
+
+    def verify(self, completion: str, reference: Any) -> VerifyResult:
+        """Judge one completion, or fail to."""
+        if len(completion) > 1 and completion[1] in self.TIMEOUT_ON:
+            return VerifyResult(0.0, False, Status.TIMEOUT, detail="checker timed out")
+        return super().verify(completion, reference)

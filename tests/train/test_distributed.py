@@ -139,6 +139,16 @@ def test_two_processes_with_uneven_eval_log_what_one_process_logs(arith_config, 
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4, msg=k)
 
 
+def test_unjudged_completions_under_two_processes_log_what_one_process_logs(arith_config, tmp_path):
+    # The collapse, reward and difficulty monitors gather each rank's judged mask with its rows.
+    cfg = dict(arith_config, advantage="grpo", prm="",
+               verifier=f"{HERE / 'trainer_verifiers.py'}:HalfOrTimeOutVerifier")
+    rows1 = read_metrics(_run(cfg, tmp_path / "one", 1) / "metrics.jsonl")
+    rows2 = read_metrics(_run(cfg, tmp_path / "two", 2) / "metrics.jsonl")
+    _assert_same_metrics(rows1, rows2)
+    assert any(r["reward/unjudged_frac"] > 0 for r in rows2)
+
+
 def test_dapo_with_unjudged_completions_runs_in_step_under_two_processes(arith_config, tmp_path):
     # Partly judged groups (checker time-outs) under DAPO on two ranks: each rank reads its groups
     # on their judged completions and takes the same number of extra rounds, so the run ends

@@ -149,7 +149,7 @@ def _unwrap_text(s: str) -> str:
 
 
 def _without_blank_phantoms(s: str) -> str:
-    """`s` without its empty `\phantom{}` groups; "" when one holds something (nested braces read)."""
+    r"""`s` without its empty `\phantom{}` groups; "" when one holds something (nested braces read)."""
     out, pos = [], 0
     for m in _PHANTOM_RE.finditer(s):
         if m.start() < pos:

@@ -102,26 +102,87 @@ PATTERN_BUDGET_S = 0.5
 _pattern_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("pattern_deadline", default=None)
 
 
+def _search(pattern: str, text: str) -> bool | None:
+    """Whether `pattern` matches in `text` on the `regex` engine; None when it ran past the budget."""
+    deadline = _pattern_deadline.get()
+    remaining = PATTERN_BUDGET_S if deadline is None else deadline - time.monotonic()
+    try:
+        return regex.search(pattern, text, timeout=max(remaining, 0.001)) is not None
+    except TimeoutError:
+        return None
+
+
+def _ran_past(pattern: str) -> jsonschema.ValidationError:
+    # the model's string (a value or a property name) made the match run away: its verdict
+    return jsonschema.ValidationError(
+        f"matching {pattern!r:.80} ran past {PATTERN_BUDGET_S:g} s: counted as not matching")
+
+
 def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Any:
     """jsonschema's `pattern` on the `regex` engine, under the call's time budget."""
     if not validator.is_type(instance, "string"):
         return
-    deadline = _pattern_deadline.get()
-    remaining = PATTERN_BUDGET_S if deadline is None else deadline - time.monotonic()
-    try:
-        found = regex.search(pattern, instance, timeout=max(remaining, 0.001))
-    except TimeoutError:
-        # the model's string made the match run away: its argument, its verdict
-        yield jsonschema.ValidationError(
-            f"matching {pattern!r:.80} ran past {PATTERN_BUDGET_S:g} s: counted as not matching")
-        return
+    found = _search(pattern, instance)
     if found is None:
+        yield _ran_past(pattern)
+    elif not found:
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-#: Draft 2020-12 validation, with `uniqueItems` linear in the model's array and `pattern` timed.
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+    """jsonschema's `patternProperties`, matching the model's property names as `_pattern` does."""
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for name, value in instance.items():
+            found = _search(pattern, name)
+            if found is None:
+                yield _ran_past(pattern)
+                return
+            if found:
+                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra_schema: Any, instance: Any, schema: Any) -> Any:
+    """jsonschema's `additionalProperties`, with the names tried on `patternProperties` as above."""
+    if not validator.is_type(instance, "object"):
+        return
+    declared, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = []
+    for name in instance:
+        if name in declared:
+            continue
+        for pattern in patterns:
+            found = _search(pattern, name)
+            if found is None:
+                yield _ran_past(pattern)
+                return
+            if found:
+                break
+        else:
+            extras.append(name)
+    if validator.is_type(extra_schema, "object"):
+        for name in extras:
+            yield from validator.descend(instance[name], extra_schema, path=name)
+    elif not extra_schema and extras:
+        names = ", ".join(repr(name) for name in sorted(extras))
+        if patterns:
+            yield jsonschema.ValidationError(
+                f"{names} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: "
+                + ", ".join(repr(p) for p in sorted(patterns)))
+        else:
+            yield jsonschema.ValidationError(
+                f"Additional properties are not allowed ({names} "
+                f"{'was' if len(extras) == 1 else 'were'} unexpected)")
+
+
+#: Draft 2020-12 validation, with `uniqueItems` linear in the model's array and every regex on the
+#: model's strings timed (`pattern`, `patternProperties`, `additionalProperties`; not
+#: `unevaluatedProperties` beside `patternProperties`, which jsonschema matches with `re`).
 _Validator = jsonschema.validators.extend(
-    Draft202012Validator, {"uniqueItems": _unique_items, "pattern": _pattern})
+    Draft202012Validator,
+    {"uniqueItems": _unique_items, "pattern": _pattern, "patternProperties": _pattern_properties,
+     "additionalProperties": _additional_properties})
 
 
 class Violation(str, enum.Enum):
@@ -385,9 +446,10 @@ def _validate(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIs
         if spec.valid is not None and _known_valid(spec.valid, arguments):
             return []
     issues: list[SchemaIssue] = []
-    closed = spec.parameters.get("additionalProperties") is False
-    if closed and not spec.parameters.get("patternProperties"):
-        # reported by us, one issue per name, rather than jsonschema's single combined message
+    # reported by us, one issue per name, rather than jsonschema's single combined message
+    per_name = spec.parameters.get("additionalProperties") is False and not spec.parameters.get(
+        "patternProperties")
+    if per_name:
         for name in arguments:
             if name not in spec.properties:
                 issues.append(
@@ -408,7 +470,7 @@ def _validate(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIs
             break
         where = _path(list(error.absolute_path))
         keyword = error.validator
-        if keyword == "additionalProperties" and not error.absolute_path and closed:
+        if keyword == "additionalProperties" and not error.absolute_path and per_name:
             continue  # already reported per parameter above
         if keyword == "required":
             kind = Violation.MISSING_REQUIRED

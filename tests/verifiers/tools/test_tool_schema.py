@@ -192,6 +192,37 @@ def test_patterns_keep_their_meaning(pattern, value, ok):
     assert (_with_pattern(pattern).validate(ToolCall("f", {"s": value})) == []) is ok
 
 
+def _with_pattern_properties(closed: bool, pattern: str = "^(a|a)*$") -> ToolSchema:
+    params = {"type": "object", "properties": {"id": {"type": "string"}},
+              "patternProperties": {pattern: {"type": "integer"}}}
+    if closed:
+        params["additionalProperties"] = False
+    return ToolSchema.from_tools([{"type": "function", "function": {"name": "f", "parameters": params}}])
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_property_name_that_runs_a_pattern_away_is_the_calls_violation(closed):
+    # jsonschema matches property names with `re`: ^(a|a)*$ on 40 letters and a '!' runs for hours.
+    started = time.monotonic()
+    issues = _with_pattern_properties(closed).validate(ToolCall("f", {"a" * 40 + "!": 1}))
+    assert time.monotonic() - started < 3.0
+    assert issues and all("counted as not matching" in i.message for i in issues), issues
+
+
+def test_pattern_and_additional_properties_agree_with_jsonschema():
+    from jsonschema import Draft202012Validator
+
+    rng = random.Random(0)
+    names, values = ["a", "ab", "x1", "x", "id", "b_2", ""], [1, "s", 1.5, [1]]  # null: "not given" here
+    for pattern in ("^a", "^x\\d$", "b", "^$"):
+        for closed in (False, True):
+            schema = _with_pattern_properties(closed, pattern)
+            peer = Draft202012Validator(schema.functions["f"].parameters)
+            for _ in range(300):
+                args = {rng.choice(names): rng.choice(values) for _ in range(rng.randint(0, 3))}
+                assert (schema.validate(ToolCall("f", args)) == []) == peer.is_valid(args), (pattern, closed, args)
+
+
 def test_bfcl_type_names_and_open_parameters():
     bfcl = {
         "name": "calc",
@@ -248,3 +279,20 @@ def test_compiled_schema_pickles_for_worker_processes():
     assert [i.kind for i in clone.validate(ToolCall("book_flight", {"origin": "SFO"}))] == [
         Violation.MISSING_REQUIRED
     ]
+
+
+def test_a_closed_schema_with_pattern_properties_judges_names_by_its_patterns():
+    # A name outside `properties` that matches a pattern is a parameter (the expected call was
+    # refused as a bad reference), and one that matches none is the call's violation (it was
+    # accepted: the per-name report skipped it and jsonschema's own was dropped as a duplicate).
+    from veristep.verifiers.tools import ToolCallVerifier
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {}, "patternProperties": {"^a": {"type": "integer"}},
+        "additionalProperties": False}}}]
+    reference = {"tools": tools, "expected": [{"name": "f", "arguments": {"ab": 1}}]}
+    with ToolCallVerifier(workers=0) as verifier:
+        got = [verifier.verify(f'<tool_call>{{"name": "f", "arguments": {args}}}</tool_call>', reference)
+               for args in ('{"ab": 1}', '{"ab": 1, "zz": 1}', '{"ab": "x"}')]
+    assert [(r.status.value, r.reward) for r in got] == [
+        ("correct", 1.0), ("schema_violation", 0.0), ("schema_violation", 0.0)]

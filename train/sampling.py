@@ -12,7 +12,7 @@ import torch
 from veristep import gating
 
 from .advantages import on_judged
-from .distributed import DistInfo, all_reduce, shard
+from .distributed import DistInfo, all_reduce, gather_objects, gather_rows, shard
 from .lockstep import require_same_count
 from .placebo import placebo_generator, shuffle_within_groups
 from .rewards import OutcomeRewarder, OutcomeRewards
@@ -59,16 +59,18 @@ def sample_batch(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: Any,
 def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: Any,
                      prompt_ids: list[list[int]], refs: list[list[Any]], first: StepBatch, step: int,
                      info: DistInfo) -> StepBatch:
-    """DAPO: sample more groups until this step has `n` groups with mixed outcomes (or the cap)."""
+    """DAPO: sample more rounds until the step has prompts_per_step groups with mixed outcomes (or
+    the cap), then keep the groups one process would keep, this rank's share of them."""
     G, n = cfg.group_size, len(first.prompt_idx)
+    wanted = n * info.world_size
     ro, scored, local_idx = first.ro, first.scored, first.prompt_idx
     t_rollout = 0.0
     rounds = 0
     while True:
         keep = informative_groups(scored.rewards.view(-1, G), scored.judged.view(-1, G))
-        short = int(keep.sum()) < n
-        # Every rank samples another round if any rank is short, so their generate calls match.
-        if not bool(all_reduce(float(short), info, op="max")) or rounds >= cfg.dynamic_sampling_rounds:
+        informative = int(all_reduce(float(keep.sum()), info))
+        # one count over all ranks, so every rank takes the same rounds (their generate calls match)
+        if informative >= wanted or rounds >= cfg.dynamic_sampling_rounds:
             break
         rounds += 1
         idx = sampler.next_indices(cfg.prompts_per_step)
@@ -78,17 +80,40 @@ def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: 
         scored = scored.extend(rewarder.score(more.texts, [refs[i] for i in more_idx for _ in range(G)]))
         ro.extend(more)
         local_idx = local_idx + more_idx
-    keep = informative_groups(scored.rewards.view(-1, G), scored.judged.view(-1, G))
-    # Keep n groups, informative first; fill with collapsed ones if the cap was hit, so every
-    # rank runs the same number of forward passes.
-    order = [i for i in range(len(local_idx)) if keep[i]] + [i for i in range(len(local_idx)) if not keep[i]]
-    chosen = order[:n]
-    rows = [g * G + j for g in chosen for j in range(G)]
+    chosen = kept_groups(gather_rows(keep.view(1, -1), info), n)
+    # The kept groups may have been sampled on another rank: every rank sends the ones it holds.
+    held = [[i for rank, i in chosen if rank == r] for r in range(info.world_size)]
+    mine = held[info.rank]
+    rows = [g * G + j for g in mine for j in range(G)]
+    parts = gather_objects((ro.select_groups(mine, G), scored.select(rows), [local_idx[i] for i in mine]), info)
+    where = {(r, i): k for r in range(info.world_size) for k, i in enumerate(held[r])}
+    starts = [sum(len(held[q]) for q in range(r)) for r in range(info.world_size)]
+    pooled_ro, pooled_scored, pooled_idx = parts[0][0], parts[0][1], list(parts[0][2])
+    for part_ro, part_scored, part_idx in parts[1:]:
+        pooled_ro.extend(part_ro)
+        pooled_scored = pooled_scored.extend(part_scored)
+        pooled_idx += part_idx
+    ours = [starts[r] + where[(r, i)] for r, i in chosen[info.rank * n:(info.rank + 1) * n]]
     metrics = {"dapo/rounds": rounds,
                "dapo/extra_rollouts": int(all_reduce(float(rounds * n * G), info)),
-               "dapo/kept_informative": int(all_reduce(float(min(int(keep.sum()), n)), info))}
-    return StepBatch(ro.select_groups(chosen, G), scored.select(rows), [local_idx[i] for i in chosen],
-                     first.rollout_s + t_rollout, len(ro), ro.num_tokens(), metrics)
+               "dapo/kept_informative": min(informative, wanted)}
+    return StepBatch(pooled_ro.select_groups(ours, G), pooled_scored.select([g * G + j for g in ours for j in range(G)]),
+                     [pooled_idx[g] for g in ours], first.rollout_s + t_rollout, len(ro), ro.num_tokens(), metrics)
+
+
+def kept_groups(keep: torch.Tensor, n: int) -> list[tuple[int, int]]:
+    """DAPO's choice of `n` x ranks groups as (rank, local group) from every rank's keep flags.
+
+    `keep` is `[ranks, rounds * n]`: rank r's local group i is round i // n, position r * n + i % n
+    of that round's global batch. The groups are read in the one-process order (round, then
+    global position), informative first, then collapsed ones to fill up when the round cap is hit,
+    so several processes keep the groups one process keeps, every rank n of them.
+    """
+    ranks, total = keep.shape
+    order = [(r, rnd * n + j) for rnd in range(total // n) for r in range(ranks) for j in range(n)]
+    flags = keep.tolist()
+    ranked = [g for g in order if flags[g[0]][g[1]]] + [g for g in order if not flags[g[0]][g[1]]]
+    return ranked[:n * ranks]
 
 
 def informative_groups(rewards: torch.Tensor, judged: torch.Tensor) -> torch.Tensor:

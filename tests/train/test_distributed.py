@@ -149,18 +149,23 @@ def test_unjudged_completions_under_two_processes_log_what_one_process_logs(arit
     assert any(r["reward/unjudged_frac"] > 0 for r in rows2)
 
 
-def test_dapo_with_unjudged_completions_runs_in_step_under_two_processes(arith_config, tmp_path):
-    # Partly judged groups (checker time-outs) under DAPO on two ranks: each rank reads its groups
-    # on their judged completions and takes the same number of extra rounds, so the run ends
-    # (a rank-dependent round count would hang the collectives). Not compared with one process:
-    # DAPO keeps prompts_per_step / processes groups per rank, from that rank's own candidates.
+def test_dapo_with_unjudged_completions_under_two_processes_logs_what_one_process_logs(arith_config, tmp_path):
+    # Partly judged groups (checker time-outs) under DAPO: the ranks count informative groups
+    # together, take the same extra rounds, and keep the groups one process keeps (a kept group
+    # may move to another rank). Before, each rank kept its share from its own candidates, and
+    # `loss/policy` differed from one process from the first step.
     cfg = dict(arith_config, advantage="dapo", prm="", dynamic_sampling_rounds=1,
                verifier=f"{HERE / 'trainer_verifiers.py'}:HalfOrTimeOutVerifier")
-    rows = read_metrics(_run(cfg, tmp_path / "two", 2) / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert all(r["dapo/rounds"] is not None and r["train/updates"] == 4 for r in rows)
-    assert any(r["reward/unjudged_frac"] > 0 for r in rows)  # the partly judged path ran
-    assert all(0 <= r["dapo/kept_informative"] <= arith_config["prompts_per_step"] for r in rows)
+    one = _run(cfg, tmp_path / "one", 1)
+    two = _run(cfg, tmp_path / "two", 2)
+    rows1, rows2 = read_metrics(one / "metrics.jsonl"), read_metrics(two / "metrics.jsonl")
+    _assert_same_metrics(rows1, rows2)
+    assert any(r["dapo/rounds"] > 0 for r in rows2)  # the extra rounds and the pooled choice ran
+    assert any(r["reward/unjudged_frac"] > 0 for r in rows2)  # the partly judged path ran
+    assert all(r["train/updates"] == 4 for r in rows2)
+    w1, w2 = _final_weights(one), _final_weights(two)
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4, msg=k)
 
 
 def test_monte_carlo_values_are_refused_under_two_processes(arith_config, tmp_path):
@@ -230,3 +235,16 @@ def test_lockstep_check_and_padded_gather_on_two_gloo_ranks(tmp_path):
     assert len(results) == 2 and all(r["refused"] for r in results)  # every rank refuses, none hangs
     expected = [[[1.0, 1.0], [-1.0, -1.0]], [[2.0, -1.0], [2.0, -1.0]]]
     assert all(r["gathered"] == expected for r in results)
+
+
+def test_dapo_keeps_the_groups_one_process_keeps_from_every_ranks_candidates():
+    from veristep.train.sampling import kept_groups
+
+    # 2 ranks x 2 groups, 2 rounds. One process reads them round by round in global order:
+    # [F T F F | T F F T] -> informative 1, 4, 7, then collapsed 0 fills the fourth place.
+    keep = torch.tensor([[False, True, True, False], [False, False, False, True]])
+    chosen = kept_groups(keep, 2)
+    assert chosen == [(0, 1), (0, 2), (1, 3), (0, 0)]  # rank 1 trains (1, 3) and rank 0's (0, 0)
+    one = kept_groups(torch.tensor([[False, True, False, False, True, False, False, True]]), 4)
+    assert [i for _, i in one] == [1, 4, 7, 0]
+    assert kept_groups(torch.ones(1, 3, dtype=torch.bool), 3) == [(0, 0), (0, 1), (0, 2)]

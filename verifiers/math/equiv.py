@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 from ..core.result import Status
 from .monomials import Monomial, has_several_parts
-from .normalize import ExactNumber, equation_values, exact_decimals, too_large_to_evaluate
+from .normalize import (
+    ExactNumber,
+    equation_values,
+    exact_decimals,
+    parse_exact_number,
+    too_large_to_evaluate,
+)
 
 PercentMode = Literal["either", "strip", "divide"]
 
@@ -316,6 +322,25 @@ def _compare_intervals(gold: list[Any], pred: list[Any], cfg: EquivConfig) -> Ve
     return Verdict(Status.CORRECT)
 
 
+def _number_differs(part: str, ref: ParsedAnswer, cfg: EquivConfig) -> bool:
+    """True when `part`, a plain number, is provably not the reference (`0` against `p - q`, `6 - 5i`
+    or a vector): the exact rules before sympy compare a number only with a number reference."""
+    if parse_exact_number(part) is None:
+        return False  # only numbers: math-verify misreads some other parts ("6(3)" as 6+3)
+    number = parse_answer(part, cfg)
+    if not number.parsed or not _is_constant(number.parsed[0]):
+        return False
+    gold = ref.parsed[0]
+    if _is_constant(gold):
+        return _compare_constants(gold, number.parsed[0], ref.decimals, cfg).status is Status.WRONG
+    if _is_plain_expr(gold):
+        return _differ_at_a_point(gold, number.parsed[0])
+    from math_verify import verify  # a matrix, tuple or set: math-verify's own reading of the two
+
+    return not verify(ref.parsed, number.parsed, float_rounding=12, numeric_precision=_VERIFY_PRECISION,
+                      timeout_seconds=None)
+
+
 def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> Verdict:
     """Compare two parsed answers: our exact/precision rules for constants, math-verify otherwise."""
     from math_verify import verify
@@ -333,6 +358,8 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
         if len(set(values)) > _MAX_EQUATION_PARTS:
             return Verdict(Status.WRONG, "an equation with too many parts")
         if not has_several_parts(ref.text) and any(has_several_parts(v) for v in values):
+            return Verdict(Status.WRONG, "an equation whose parts are not all the answer")
+        if any(_number_differs(v, ref, cfg) for v in values[:-1]):
             return Verdict(Status.WRONG, "an equation whose parts are not all the answer")
         pred = parse_answer(values[-1], cfg)
         if not pred.parsed:

@@ -96,6 +96,11 @@ FALSE_EQUATIONS = [
     (r"\boxed{2^2 = 5}", "5"),
     (r"\boxed{\pi = 3}", "3"),
     (r"\boxed{" + "=".join(["4"] * 20) + "=5}", "5"),
+    (r"\boxed{0 = p - q}", "p - q"),  # a number left of a symbolic answer: sympy compares them
+    (r"\boxed{0 = 6 - 5i}", "6 - 5i"),
+    (r"\boxed{2 = 2x}", "2x"),
+    (r"\boxed{3.14 = \pi}", r"\pi"),
+    (r"\boxed{0 = \begin{pmatrix} -2 \\ -14 \end{pmatrix}}", r"\begin{pmatrix} -2 \\ -14 \end{pmatrix}"),
 ]
 
 
@@ -181,6 +186,11 @@ STILL_CORRECT = [
     (r"\boxed{1+1 = 2 = 2}", "2"),
     (r"\boxed{x \approx 4}", "4"),
     (r"\boxed{1+1 = 2}", "2"),
+    (r"\boxed{3 = \sqrt{9}}", "3"),
+    (r"\boxed{1 = \sin^2 x + \cos^2 x}", "1"),
+    (r"\boxed{x = p - q}", "p - q"),
+    (r"\boxed{0.5 = \frac{1}{2}}", r"\frac{1}{2}"),
+    (r"\boxed{\vec{v} = \begin{pmatrix} -2 \\ -14 \end{pmatrix}}", r"\begin{pmatrix} -2 \\ -14 \end{pmatrix}"),
     (r"\boxed{\text{Evelyn}}", r"\text{Evelyn}"),
     (r"\boxed{\text{evelyn}}", r"\text{Evelyn}"),
     (r"\boxed{C}", "C"),

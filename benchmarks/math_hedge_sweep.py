@@ -38,6 +38,13 @@ TEMPLATES = {
     "two boxes R or W": r"\boxed{{{R}}} or \boxed{{{W}}}",
     "R or W inside a box": r"\boxed{{{R} \text{{ or }} {W}}}",
     "either W or R": r"The answer is either {W} or {R}.",
+    "phrase: never $R$": r"The answer is never ${R}$.",
+    "phrase: greater than $R$": r"The answer is greater than ${R}$.",
+    "box R (or W)": r"\boxed{{{R}}} (or {W})",
+    "box R, possibly W": r"\boxed{{{R}}}, possibly {W}",
+    "box R, then 'or' and a word": r"\boxed{{{R}}} or something else",
+    "tag R, then 'or W'": r"<answer>{R}</answer> or {W}",
+    "box x=W or (logic) x=R": r"\boxed{{x={W} \lor x={R}}}",
 }
 
 

@@ -108,7 +108,10 @@ _LEAD_LETTER_RE = re.compile(r"\s*(?:\*\*)?([A-J])(?:\*\*)?(?:[.):]|\s*$)")
 _LONE_LETTER_RE = re.compile(r"(?<![A-Za-z0-9\\$(])([A-J])(?![A-Za-z0-9$'(])")
 # `\text{ or }` read as its words (the connector between two answers)
 _TEXT_UNWRAP_RE = re.compile(r"\\text\s*\{([^{}]*)\}")
-_BOX_OR_RE = re.compile(r"(?i)or\b(?:\s+possibly|\s+maybe|\s+perhaps)?")
+# What may stand between a final answer and an alternative offered after it: spaces, one line break,
+# LaTeX spacing, a comma, an opening bracket, a dash ("\boxed{3} (or 4)", "\boxed{3} — or 4").
+_BEFORE_ALTERNATIVE_RE = re.compile(r"(?:[ \t,(\[—–-]|\n(?![ \t]*\n)|\\[,;:! ]|\\q?quad\b)*")
+_ALTERNATIVE_RE = re.compile(r"(?i)(?:or|possibly|maybe|perhaps)\b")
 _PROSE_OR_RE = re.compile(r"(?i)(?<![\\\w])or(?!\w)")
 _LEAD_CONNECTOR_RE = re.compile(r"(?i)(?:or|and)\b|\\q?quad")
 # A phrase answer that negates or hedges states no answer ("The answer is not $3$", "either 3
@@ -116,6 +119,15 @@ _LEAD_CONNECTOR_RE = re.compile(r"(?i)(?:or|and)\b|\\q?quad")
 _HEDGE_RE = re.compile(
     r"(?i)(?<![\\\w])(?:not|either|neither|possibly|maybe|perhaps|probably|at\s+(?:least|most))(?!\w)"
 )
+# Right before the value ("The answer is never $3$", "... greater than $3$", "... other than 3");
+# anywhere else in the body they belong to a restated question ("Final Answer: The largest
+# number that could be ... of $f(x)$ is 19", a Math-Verify test case).
+_HEDGE_BEFORE_RE = re.compile(
+    r"(?i)(?<![\\\w])(?:never|cannot|can't|isn't|except|other\s+than|anything\s+but|could|might|may|"
+    r"likely|unlikely|(?:greater|less|more|fewer|larger|smaller|bigger|higher|lower)\s+than)(?:\s+be)?\s*$"
+)
+_STATES_VALUE_RE = re.compile(r"(?i)(?<!\w)(?:is|are|equals)(?!\w)|=")
+_VALUE_START_RE = re.compile(r"\d|\$|\\[(\[]|\\(?:boxed|fbox)")
 # Another choice letter after the first one: a capital A-J that is no part of a word or command
 _OTHER_LETTER_RE = re.compile(r"(?<![A-Za-z0-9\\])[A-J](?![A-Za-z0-9'])")
 _LETTERS_RE = re.compile(r"[A-Za-z \t-]*")
@@ -388,20 +400,20 @@ def _continues_with_answer(rest: str) -> bool:
     return _LEAD_CONNECTOR_RE.match(core) is not None and _holds_value(core)
 
 
-def _box_continues(text: str, end: int) -> bool:
-    """After the box whose content ends at `end`: its sentence goes on with a connector and another
-    value ("\\boxed{3} or 4", "$\\boxed{3}$, or $4$")."""
-    k = text.find("}", end, end + 1)
-    if k < 0:
-        return False
-    rest = _TEXT_UNWRAP_RE.sub(r" \1 ", text[k + 1 : k + 1 + _MAX_GAP * 4]).lstrip(" \t,")
+def _alternative_follows(text: str, pos: int) -> bool:
+    """After a final answer that ends at `pos` (its box or tag closed): its sentence goes on with
+    another value or an alternative ("\\boxed{3} or 4", "$\\boxed{3}$, or $4$", "(or 4)", "or three",
+    ", possibly 4"), so the answer is not committed to."""
+    rest = _TEXT_UNWRAP_RE.sub(r" \1 ", text[pos : pos + _MAX_GAP * 4])
     for closer in ("$$", "$", "\\]", "\\)"):
         if rest.startswith(closer):
-            rest = rest[len(closer):].lstrip(" \t,")
+            rest = rest[len(closer):]
             break
-    # only "or" offers an alternative: "x=\boxed{4},$ since $10000$ ..." and "..., and $y$" go on
-    # about something else
-    return _BOX_OR_RE.match(rest) is not None and _holds_value(rest)
+    rest = rest[_BEFORE_ALTERNATIVE_RE.match(rest).end():]
+    # only "or" and its hedges offer an alternative: "x=\boxed{4},$ since $10000$ ..." and "...,
+    # and $y$" go on about something else
+    found = _ALTERNATIVE_RE.match(rest)
+    return found is not None and bool(rest[found.end():].strip(" \t.)"))
 
 
 def _holds_value(text: str) -> bool:
@@ -410,8 +422,15 @@ def _holds_value(text: str) -> bool:
 
 
 def _hedged(body: str) -> bool:
-    """True when an answer phrase's body negates or hedges ("not 3", "either 3 or 4", "at least 3")."""
-    return _HEDGE_RE.search(body) is not None
+    """True when an answer phrase's body negates or hedges ("not 3", "either 3 or 4", "at least 3",
+    "never $3$")."""
+    if _HEDGE_RE.search(body) is not None:
+        return True
+    value = _VALUE_START_RE.search(body)
+    if value is None or _HEDGE_BEFORE_RE.search(body, 0, value.start()) is None:
+        return False
+    # "the smallest integer greater than 10 is 19" restates the question, then answers it
+    return _STATES_VALUE_RE.search(body, value.end()) is None
 
 
 def _phrase_list(text: str, ext: Extraction, boxes: Sequence[Extraction]) -> Extraction | None:
@@ -836,8 +855,11 @@ def extract_answer(text: str, *, choices: bool = False, mode: ExtractionMode = "
         listed = _phrase_list(text, phrase, boxes)
         if listed is not None:
             return listed
-    if best.method is ExtractionMethod.BOXED and not choices and _box_continues(text, best.end):
-        return None  # "\boxed{3} or 4": the sentence offers another value, so none is committed to
+    if not choices and best.method in (ExtractionMethod.BOXED, ExtractionMethod.ANSWER_TAG):
+        closer = "}" if best.method is ExtractionMethod.BOXED else "</answer>"
+        if text[best.end : best.end + len(closer)].lower() == closer and _alternative_follows(
+                text, best.end + len(closer)):
+            return None  # "\boxed{3} or 4": the sentence offers another value, so none is committed to
     # A phrase answer that contains a box ("The answer is $\boxed{5}$.") yields the box itself.
     if best.method in (ExtractionMethod.ANSWER_PHRASE, ExtractionMethod.ANSWER_TAG, ExtractionMethod.BOLD):
         inner = [b for b in boxes if best.start <= b.start and b.end <= best.end]

@@ -33,15 +33,22 @@ _UNICODE_RE = re.compile("|".join(re.escape(k) for k in _UNICODE))
 _SQRT_UNICODE_RE = re.compile(r"√\s*(?:\(([^()]{0,200})\)|\{([^{}]{0,200})\}|(\d+(?:\.\d+)?|[A-Za-z]))")
 _SQRT_PAREN_RE = re.compile(r"\\sqrt\s*\(([^()]{0,200})\)")
 _DROP_RE = re.compile(
-    r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![A-Za-z])"
+    r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg"
+    r"|tiny|scriptsize|footnotesize|small|normalsize|large|Large|LARGE|huge|Huge)(?![A-Za-z])"
     r"|(?<!\\)\\[,;:! ]|~"
 )
-_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\\text\{\s*degrees?\s*\}")
+# LaTeX spacing before it goes too ("30\,^\circ"); the braces of ^{\circ} only as a pair, so that
+# "\frac{270^\circ}{7}" keeps its numerator's closing brace
+_DEGREE_RE = re.compile(
+    r"(?<!\s)(?<!\\[,;:! ])"  # from the start of a run of spacing only: linear in a long run
+    r"(?:\\[,;:! ]|\s)*(?:\^\s*(?:\{\s*\\circ\s*\}|\\circ)|\\circ|\\degree|\\text\{\s*degrees?\s*\})")
+_TRIG_RE = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])")
+_TRIG_DEGREES_RE = re.compile(r"(?<![\d.])(\d{1,12}(?:\.\d{1,12})?)\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)")
 _FRAC_CMD_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
 _FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox|mathbf|operatorname)\s*\{([^{}]*)\}")
-_OR_RE = re.compile(r"\\text\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+|\\(?:quad|qquad)")
+_OR_RE = re.compile(r"\\text\{\s*(?:or|and)\s*\}|\s+(?:or|and)\s+|\\(?:quad|qquad|lor|vee|land|wedge)(?![A-Za-z])")
 # ", \quad", "\quad \text{and} \quad", ", and" all become one comma
 _COMMA_RUN_RE = re.compile(r"\s*,(?:\s*,)+\s*")
 # "28 percent", "28 pct", "28\text{ percentage}" -> 28\%
@@ -56,9 +63,12 @@ _MAGNITUDE_RE = re.compile(r"(?i)\b(?:hundred|thousand|million|billion|trillion|
 # A unit in \text{} at the end: words split by single runs of spaces, so that no run of white
 # space can be matched two ways (the pattern this replaced was cubic on one).
 _TRAILING_UNIT_RE = re.compile(
-    r"\\(?:text|mbox|mathrm)\s*\{\s*([A-Za-z]+(?: +[A-Za-z]+)*\.?)\s*\}(?:\s*\^\{?\d\}?)?\s*$"
+    r"\\(?:text|mbox|mathrm)\s*\{\s*([A-Za-z]+(?:(?: +|/|\. ?)[A-Za-z]+)*\.?)\s*\}(?:\s*\^\{?\d\}?)?\s*$"
 )
 _MAX_TRAILING_UNITS = 3
+# White space and LaTeX spacing between a number and its unit ("12\ \text{cm}", "12\,\text{m/s}"),
+# matched on the reversed text: one pass, where a `$`-anchored search is quadratic in a long run
+_SPACING_REVERSED_RE = re.compile(r"(?:\s|[,;:!]\\|\\)*")
 # What a unit may follow: a number's last digit, a closing brace or parenthesis (`4\sqrt{2}`,
 # `\frac{1}{2}`), `\pi` or a percent sign. Not a comma or a word: "3, \text{four}" is a list.
 _UNIT_AFTER_RE = re.compile(r"(?:[\d})%]|\\pi)$")
@@ -95,7 +105,7 @@ _COMMAND_NAME_RE = re.compile(r"\\[A-Za-z]+")
 # \phantom{3} renders as blank space: it is no answer
 _PHANTOM_RE = re.compile(r"\\[hv]?phantom\s*\{")
 # relations other than "=": an inequality or membership is not an assignment or a chain
-_RELATION_RE = re.compile(r"[<>]|\\(?:le|ge|ne|leq|geq|neq|lt|gt|in|subset|subseteq|notin)(?![A-Za-z])|!=")
+_RELATION_RE = re.compile(r"[<>]|\\(?:le|ge|ne|leq|geq|neq|lt|gt|in|subset|subseteq|notin|not)(?![A-Za-z])|!=")
 _COLON_RE = re.compile(r"(-?\d+(?:\.\d+)?):(\d+(?:\.\d+)?)")
 _TIME_RE = re.compile(r"(?:[01]?\d|2[0-3]):[0-5]\d")
 _SCI_E_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
@@ -140,11 +150,11 @@ def _unwrap_text(s: str) -> str:
     # "\text{ million}" is part of it. At most a few: each strip searches the whole string.
     for _ in range(_MAX_TRAILING_UNITS):
         m = _TRAILING_UNIT_RE.search(stripped)
-        left = stripped[: m.start()].rstrip() if m else ""
+        left = _without_trailing_spacing(stripped[: m.start()]) if m else ""
         if (not m or not left or m.group(1) in ("i",) or _MAGNITUDE_RE.search(m.group(1))
                 or not _unit_may_follow(left) or not _unit_words(m.group(1).split())):
             break
-        stripped = stripped[: m.start()].rstrip()
+        stripped = left
     return _TEXT_CMD_RE.sub(lambda m: m.group(1), stripped)
 
 
@@ -163,6 +173,11 @@ def _without_blank_phantoms(s: str) -> str:
         out.append(s[pos : m.start()] + " ")
         pos = k
     return ("".join(out) + s[pos:]).strip()
+
+
+def _without_trailing_spacing(s: str) -> str:
+    """`s` without the white space and LaTeX spacing commands at its end."""
+    return s[: len(s) - _SPACING_REVERSED_RE.match(s[::-1]).end()]
 
 
 def _unit_may_follow(left: str) -> bool:
@@ -226,6 +241,9 @@ def normalize_answer(answer: str, plain: bool = False) -> str:
     s = _CURRENCY_RE.sub("", s)
     s = _LATEX_THOUSANDS_RE.sub("{,}", s)
     s = _PERCENT_WORD_RE.sub("\\\\%", s)
+    if _TRIG_RE.search(s):
+        # inside a trigonometric expression degrees are an angle: sin 80^\circ is not sin 80
+        s = _TRIG_DEGREES_RE.sub(r"(\\frac{\1\\pi}{180})", s)
     s = _DEGREE_RE.sub("", s)
     s = s.replace("\\%", "%").replace("%", "\\%")
     tw = _trailing_words_end(s)

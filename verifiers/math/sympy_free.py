@@ -79,6 +79,8 @@ def prepare_reference(reference: Any) -> Reference:
     if isinstance(raw, float) and not math.isfinite(raw):
         # pandas writes a missing label as NaN: it is no answer, not the answer "nan"
         return Reference(str(raw), "", problem=f"reference is not a number ({raw})")
+    if isinstance(raw, (dict, list, tuple, set)):
+        return Reference(repr(raw)[:200], "", problem=f"reference is a {type(raw).__name__}, not one answer")
     raw = "" if raw is None else str(raw)
     if len(raw) > MAX_REFERENCE_CHARS:
         return Reference(raw[:200], "", problem=f"reference longer than {MAX_REFERENCE_CHARS} characters")

@@ -313,8 +313,12 @@ def _reference_value(value: Any) -> Any:
     for a value Python cannot write as text."""
     if value is None or isinstance(value, str) or _missing_number(value):
         return value
-    if isinstance(value, list) and len(value) == 1 and _missing_number(value[0]):
-        return value[0]  # a numpy column's tolist()
+    if isinstance(value, list) and len(value) == 1 and (
+            _missing_number(value[0]) or isinstance(value[0], (str, int, float))):
+        return _reference_value(value[0])  # a numpy column's tolist(), a list of one answer
+    if isinstance(value, (dict, list, tuple, set)):
+        # its Python spelling ("{'x': 1}") is no answer a model could write: never judged as one
+        raise ValueError(f"reference is a {type(value).__name__}, not one answer (give it as text)")
     try:
         return str(value)
     except (ValueError, RecursionError) as err:  # a huge integer, deep nesting

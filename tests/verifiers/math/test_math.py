@@ -354,6 +354,22 @@ def test_bad_references_reach_the_adapters_as_unjudged() -> None:
                                                                       (0.0, False, "bad_reference")]
 
 
+@pytest.mark.parametrize("answer", [{"x": 1}, [None], ["1", "2"], ("3",)])
+def test_a_container_reference_is_a_bad_reference_not_its_python_spelling(answer) -> None:
+    # {"x": 1} was compared as the text "{'x': 1}": \\boxed{x=1} scored a silent 0
+    with MathVerifier(workers=1) as verifier:
+        with pytest.raises(ValueError, match="not one answer"):
+            verifier.reference_from_record({"answer": answer})
+        result = verifier.verify("\\boxed{1}", answer)
+    assert result.status is Status.BAD_REFERENCE and not result.judged
+
+
+def test_a_list_of_one_answer_is_that_answer() -> None:
+    with MathVerifier(workers=1) as verifier:
+        for answer in (["3"], [3]):
+            assert verifier.verify("\\boxed{3}", verifier.reference_from_record({"answer": answer})).correct
+
+
 ADVERSARIAL_1MB = {
     "answer phrases (56 KB)": "the answer is " * 4000,
     "answer phrases (1 MB)": "the answer is " * 75_000,

@@ -121,32 +121,20 @@ class _Full(Exception):
 
 
 def strip_reasoning(text: str, tag: str | None = "think") -> str:
-    """Remove <tag>...</tag> blocks (and an unclosed trailing one) so calls in them are ignored.
+    """The completion's content after its reasoning, split as vLLM's reasoning parsers split it.
 
-    A close tag with no open tag before it means the open tag was in the prompt (Qwen3 and
-    DeepSeek-R1 chat templates), so everything before that first close tag is reasoning too.
+    Everything up to the first </tag> is reasoning, whether its <tag> is in the completion or in
+    the prompt (Qwen3 and DeepSeek-R1 chat templates); a <tag> that never closes makes all of it
+    reasoning. A later <tag> block is content: a runtime that splits at the first close tag runs
+    the calls in it, so they count (hiding an extra call there earned full reward).
     """
     if not tag:
         return text
-    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    close_tag = f"</{tag}>"
     first_close = text.find(close_tag)
-    first_open = text.find(open_tag)
-    pieces: list[str] = []
-    pos = 0
-    if first_close >= 0 and (first_open < 0 or first_close < first_open):
-        pos = first_close + len(close_tag)
-    while True:
-        start = text.find(open_tag, pos)
-        if start < 0:
-            pieces.append(text[pos:])
-            break
-        pieces.append(text[pos:start])
-        end = text.find(close_tag, start + len(open_tag))
-        if end < 0:  # unclosed: the rest is still reasoning
-            break
-        pos = end + len(close_tag)
-    # a newline where a block was, so text on both sides can never splice into one tag
-    return "\n".join(pieces)
+    if first_close >= 0:
+        return text[first_close + len(close_tag):]
+    return "" if f"<{tag}>" in text else text
 
 
 # --------------------------------------------------------------------------------------

@@ -278,8 +278,18 @@ def test_reasoning_opened_in_the_prompt_and_unclosed_reasoning():
     assert calls_of(f"{render_tool_calls([WEATHER], 'hermes')}</think>\n{hermes}") == [TIME]
     # a reasoning block that never closes hides everything after it
     assert calls_of(f"<think>plan: {hermes}") == []
-    assert strip_reasoning("a<think>b</think>c<think>d") == "a\nc"
+    assert strip_reasoning("a<think>b</think>c<think>d") == "c<think>d"
     assert strip_reasoning("x</think>y", None) == "x</think>y"
+
+
+def test_a_call_in_a_later_think_block_counts():
+    # vLLM's reasoning parsers split at the first </think>: a runtime runs the calls after it, a
+    # second <think> block included; hidden there, an extra call earned the full reward
+    good, extra = render_tool_calls([TIME], "hermes"), render_tool_calls([WEATHER], "hermes")
+    assert calls_of(f"<think>plan</think>{good}<think>{extra}</think>") == [TIME, WEATHER]
+    assert calls_of(f"{good}<think>{extra}</think>") == []  # the text before the first block is reasoning
+    assert calls_of(f"<think>plan</think>{good}<think>{extra}") == [TIME, WEATHER]
+    assert calls_of(f"{good}<think>{extra}") == []  # an unclosed block: all of it is reasoning
 
 
 def test_think_tags_cannot_splice_a_tool_call_tag():

@@ -114,10 +114,21 @@ def _find_tags(text: str, spec: FormatSpec) -> tuple[list[_Tag], str | None]:
     return tags, None
 
 
+#: Characters that show nothing but are letters or symbols to Unicode: the default-ignorable code
+#: points outside the format category (Hangul fillers, the combining grapheme joiner, Khmer
+#: inherent vowels, variation selectors) and the braille blank.
+_INVISIBLE = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0"
+    + "".join(map(chr, range(0xFE00, 0xFE10))) + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
+#: White space, control and format characters, and marks with no base to sit on.
+_BLANK_CATEGORIES = ("Cc", "Cf", "Mn", "Me")
+
+
 def _blank(text: str) -> bool:
-    """True when `text` shows nothing: white space, control and format characters only."""
-    # a zero-width space, word joiner, soft hyphen or NUL is no content ("<answer>\u200b</answer>")
-    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
+    """True when `text` shows nothing: white space, control, format and other invisible characters."""
+    # "<answer>\u200b</answer>", "<answer>\u3164</answer>" (a Hangul filler) are no content
+    return all(c.isspace() or c in _INVISIBLE or unicodedata.category(c) in _BLANK_CATEGORIES for c in text)
 
 
 def check_format(text: str, spec: FormatSpec = FormatSpec()) -> FormatCheck:

@@ -153,7 +153,12 @@ def test_sample_file_statuses(test_data_dir):
         assert result.extra.get("format_issue") == record.get("expected_issue"), record["id"]
 
 
-@pytest.mark.parametrize("invisible", ["\u200b", "\u2060", "\x00", "\u00ad", "\ufeff", " \u200b\n"])
+@pytest.mark.parametrize("invisible", [
+    "\u200b", "\u2060", "\x00", "\u00ad", "\ufeff", " \u200b\n",
+    # letters and symbols to Unicode that show nothing: Hangul fillers, braille blank, combining
+    # grapheme joiner, Khmer inherent vowel, variation selector, a lone combining accent
+    "\u3164", "\u115f", "\uffa0", "\u2800", "\u034f", "\u17b4", "\ufe0f", "\U000e0100", "\u0301",
+])
 def test_invisible_characters_are_no_content(invisible):
     # Each passed the emptiness checks (str.strip keeps them) and scored 1.0.
     v = FormatVerifier(workers=0)

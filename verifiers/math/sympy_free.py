@@ -110,6 +110,10 @@ OPEN_ENDED_METHODS = frozenset({ExtractionMethod.ANSWER_PHRASE, ExtractionMethod
 _TEXT_WORD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mbox)\s*\{")
 
 
+# After an answer, only closers, then a connector at the very end of a cut-off completion
+_CUT_AT_CONNECTOR_RE = re.compile(r"\A[\s}$*)\]]*(?:</answer>)?[\s$*]*(?:,|;|(?i:or|and|either|possibly))\s*\Z")
+
+
 def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMode = "auto") -> Decision:
     """Decide a pair with exact rules; an undecided Decision carries the prediction for sympy."""
     if not isinstance(completion, str):
@@ -127,6 +131,10 @@ def decide(completion: Any, ref: Reference, cfg: EquivConfig, mode: ExtractionMo
         # nor is a phrase answer that the cut may have ended mid-number.
         return Decision(Verdict(Status.NO_ANSWER, f"truncated completion; only a marked answer "
                                 f"counts, not one found as {ext.method.value}"), ext)
+    if is_truncated(completion) and _CUT_AT_CONNECTOR_RE.search(completion[ext.end : ext.end + 200]):
+        # "\boxed{3} or" at the cut: the alternative it offered was cut off
+        return Decision(Verdict(Status.NO_ANSWER, "truncated completion: the cut falls after a "
+                                "connector, so what follows the answer is missing"), ext)
     if ref.letter is not None:
         letter = choice_letter(ext.answer)
         if letter is None:

@@ -273,3 +273,12 @@ def test_a_box_followed_by_another_value_or_a_hidden_one_is_no_answer(verifier, 
 ])
 def test_a_box_followed_by_prose_still_counts(verifier, completion):
     assert verifier.verify(completion, "3").status is Status.CORRECT
+
+
+@pytest.mark.parametrize("completion", [
+    "Work. The answer is $3$ or", "Work. \\boxed{3} or", "<answer>3</answer> or", "The answer is $3$ and",
+])
+def test_a_cut_right_after_a_connector_is_no_answer(verifier, completion):
+    # the alternative the answer went on to offer was cut off by the length limit
+    assert verifier.verify(mark_truncated(completion), "3").status is Status.NO_ANSWER
+    assert verifier.verify(completion, "3").status is Status.CORRECT  # not cut: the sentence just ends

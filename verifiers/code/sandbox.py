@@ -626,6 +626,10 @@ def _bwrap_argv(python: str, drop: bool, env: dict[str, str], seccomp_fd: int | 
     # Each completion mounts its own tmpfs over these folders and its own mqueue and /proc;
     # user namespaces stay allowed for that, and the program seccomp filter denies them.
     argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
+    # No pseudo-terminals: this devpts instance is the sandbox's, shared by its completions,
+    # and every pty counts against the host's kernel.pty.max. A bind without device access
+    # over the multiplexer (/dev/ptmx links to it) makes opening it EACCES.
+    argv += ["--ro-bind", "/dev/null", "/dev/pts/ptmx"]
     for folder in (SANDBOX_WORKDIR, "/tmp", "/dev/shm"):
         argv += ["--dir", folder]
     if not drop:

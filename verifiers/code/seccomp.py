@@ -11,16 +11,18 @@ Two filters, both deny-lists on top of the namespaces and the dropped capabiliti
 - the program filter, stacked by each completion's supervisor once it has built the
   completion's namespaces, denies in addition what only that set-up needs: new namespaces,
   mounts, keyrings altogether; kernel memory outside the memory budget (memfd_create, System V
-  message queues and semaphore arrays, pipe buffers grown with F_SETPIPE_SZ or filled by
-  vmsplice (a page of a transparent huge page pins all 2 MiB of it), socket buffers grown with
-  SO_SNDBUF/SO_RCVBUF and their FORCE forms, inotify watches, counted per user on the host);
-  and anything
+  message queues and semaphore arrays, POSIX message queues (their bytes count per host uid
+  too, so one completion's filled another's quota), pipe buffers grown with F_SETPIPE_SZ or
+  filled by vmsplice (a page of a transparent huge page pins all 2 MiB of it), socket buffers
+  grown with SO_SNDBUF/SO_RCVBUF and their FORCE forms, inotify watches, counted per user on
+  the host; file locks and leases; extended attributes, refused with EOPNOTSUPP); and anything
   done to another process of the same uid that could break the container's supervisor
   (resource limits, scheduling class, priority, affinity, I/O priority, process_madvise):
   those calls work on the caller only.
 
 A denied call fails with EPERM (clone3 with ENOSYS, so that libc falls back to clone, whose
-namespace flags the filter can read); a foreign-architecture call kills the process.
+namespace flags the filter can read; extended attributes with EOPNOTSUPP, as on a file system
+without them); a foreign-architecture call kills the process.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ _RET = 0x06  # BPF_RET | BPF_K
 _RET_KILL_PROCESS = 0x80000000
 _RET_ERRNO = 0x00050000
 _RET_ALLOW = 0x7FFF0000
-_EPERM, _ENOSYS = 1, 38
+_EPERM, _ENOSYS, _EOPNOTSUPP = 1, 38, 95
 
 _KEYCTL_JOIN_SESSION_KEYRING = 1
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
@@ -82,7 +84,8 @@ _COMMON_GENERIC = {  # asm-generic/unistd.h, used by aarch64 and riscv64
     "move_pages": 239, "migrate_pages": 238, "msgget": 186, "semget": 190, "prlimit64": 261,
     "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122,
     "sched_setattr": 274, "setpriority": 140, "ioprio_set": 30, "process_madvise": 440,
-    "fcntl": 25, "setsockopt": 208, "vmsplice": 75, "inotify_init1": 26,
+    "fcntl": 25, "setsockopt": 208, "vmsplice": 75, "inotify_init1": 26, "flock": 32,
+    "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "setxattrat": 463, "mq_open": 180,
 }  # fmt: skip
 
 ARCHES: dict[str, Arch] = {
@@ -108,7 +111,9 @@ ARCHES: dict[str, Arch] = {
             "prlimit64": 302, "sched_setparam": 142, "sched_setscheduler": 144,
             "sched_setaffinity": 203, "sched_setattr": 314, "setpriority": 141,
             "ioprio_set": 251, "process_madvise": 440, "fcntl": 72, "setsockopt": 54,
-            "vmsplice": 278, "inotify_init": 253, "inotify_init1": 294,
+            "vmsplice": 278, "inotify_init": 253, "inotify_init1": 294, "flock": 73,
+            "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "setxattrat": 463,
+            "mq_open": 240,
         },  # fmt: skip
     ),
     "aarch64": Arch(audit=0xC00000B7, numbers=dict(_COMMON_GENERIC)),
@@ -129,7 +134,8 @@ SANDBOX_DENIED = (
 PROGRAM_DENIED = (
     "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
     "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "memfd_create",
-    "msgget", "semget", "process_madvise", "vmsplice", "inotify_init", "inotify_init1",
+    "msgget", "semget", "process_madvise", "vmsplice", "inotify_init", "inotify_init1", "flock",
+    "mq_open",
 )  # fmt: skip
 #: Allowed to programs only on themselves (first argument 0): the container's supervisor runs
 #: as the same uid, and a limit or a scheduling class set on it would break it.
@@ -138,7 +144,17 @@ PROGRAM_SELF_ONLY = (
 )  # fmt: skip
 #: (call, the only `which` allowed) for calls taking (which, who): allowed on the caller only.
 PROGRAM_SELF_ONLY_WHICH = (("setpriority", 0), ("ioprio_set", 1))  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
+#: Denied to programs with EOPNOTSUPP, as on a file system without them: extended attributes
+#: (tmpfs's user.* values, POSIX ACLs) are kernel memory that the count of a folder's used
+#: blocks does not see.
+PROGRAM_NO_XATTRS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat")
 _F_SETPIPE_SZ = 1031
+#: fcntl commands that take a lock or a lease (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW,
+#: F_SETLEASE), denied to programs like flock: lock records are kernel memory outside the
+#: budget that no limit bounds (RLIMIT_LOCKS is not enforced), and a file kept open by a
+#: mapping held a lock for every other byte. Querying one (F_GETLK, F_OFD_GETLK) keeps nothing.
+#: EPERM, not ENOLCK: SQLite retries ENOLCK as a busy lock until its timeout.
+FCNTL_LOCK_COMMANDS = (6, 7, 37, 38, 1024)
 _SOL_SOCKET = 1
 _SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 
@@ -193,6 +209,8 @@ def _filter(arch: Arch, denied: tuple[str, ...], *, program: bool) -> bytes:
             p.jump(_JEQ, numbers[name], "self_only", 0)
         for name, _which in PROGRAM_SELF_ONLY_WHICH:
             p.jump(_JEQ, numbers[name], "which_" + name, 0)
+        for name in PROGRAM_NO_XATTRS:
+            p.jump(_JEQ, numbers[name], "eopnotsupp", 0)
     else:
         p.jump(_JEQ, numbers["keyctl"], "keyctl", 0)
         p.jump(_JEQ, numbers["ioctl"], "ioctl", 0)
@@ -210,6 +228,8 @@ def _filter(arch: Arch, denied: tuple[str, ...], *, program: bool) -> bytes:
         p.label("fcntl")
         p.load(_arg_low(1))
         p.jump(_JEQ, _F_SETPIPE_SZ, "deny", 0)
+        for command in FCNTL_LOCK_COMMANDS:
+            p.jump(_JEQ, command, "deny", 0)
         p.ret(_RET_ALLOW)
         p.label("setsockopt")  # socket buffers likewise stay at net.core.[rw]mem_default
         p.load(_arg_low(1))
@@ -230,6 +250,8 @@ def _filter(arch: Arch, denied: tuple[str, ...], *, program: bool) -> bytes:
         p.load(_arg_low(0))
         p.jump(_JEQ, 0, 0, "deny")
         p.ret(_RET_ALLOW)
+        p.label("eopnotsupp")
+        p.ret(_RET_ERRNO | _EOPNOTSUPP)
     else:
         p.label("keyctl")  # only keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous ring
         p.load(_arg_low(0))

@@ -354,10 +354,14 @@ class Supervisor:
         if os.path.lexists(workdir):
             workdir = os.path.join(self.workroot, f"run{self.counter}")
         os.mkdir(workdir, 0o700)
-        for name, data in self.artifacts.items():
-            _write(os.path.join(workdir, name), data, 0o700)
-        for name, text in req.get("files", {}).items():
-            _write(os.path.join(workdir, name), text.encode("utf-8", "surrogatepass"), 0o600)
+        try:
+            for name, data in self.artifacts.items():
+                _write(os.path.join(workdir, name), data, 0o700)
+            for name, text in req.get("files", {}).items():
+                _write(os.path.join(workdir, name), text.encode("utf-8", "surrogatepass"), 0o600)
+        except OSError as err:
+            # The program's own size (ENOSPC in the work folder): a failed step, not a crash.
+            return self._unwritten(err)
         reply = self._run(req, workdir)
         if req.get("op") == "compile" and reply["exit_code"] == 0 and not reply["timed_out"]:
             for name in req.get("keep", []):
@@ -368,6 +372,15 @@ class Supervisor:
                     reply["exit_code"] = 1
                     reply["stderr"] += f"\nveristep: compiler produced no {name} ({err})"
         return reply
+
+    def _unwritten(self, err):
+        """The reply of a step whose files did not fit in its folder: exit status 1."""
+        return {
+            "nonce": self.nonce, "exit_code": 1, "signal": None, "stdout": "",
+            "stderr": f"veristep: the program's files do not fit in its folder ({err.strerror})",
+            "report": "", "wall_s": 0.0, "timed_out": False, "output_limited": False,
+            "limit": None, "peak_memory_bytes": None, "precompiled": False,
+        }
 
     def _run(self, req, workdir):
         limits = req["limits"]
@@ -635,6 +648,7 @@ def _child(req, workdir, limits, fds, env, program_filter, test_pid_ns=False, so
 
 
 _MSGQUEUE_BYTES = 819200
+_SIGPENDING = 256
 
 
 def _at_most(which, value):
@@ -730,8 +744,12 @@ def _set_limits(limits, helpers=2):
         (resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"])),
         # 1, not 0: a core_pattern that pipes to a helper ignores the limit, except 1.
         (resource.RLIMIT_CORE, (1, 1)),
-        # POSIX message queues are kernel memory outside the budget: the kernel's default cap.
+        # POSIX message queues are kernel memory outside the budget (the program filter denies
+        # mq_open; this is the cap where there is no filter): the kernel's default.
         (resource.RLIMIT_MSGQUEUE, _at_most(resource.RLIMIT_MSGQUEUE, _MSGQUEUE_BYTES)),
+        # POSIX timers and queued signals are kernel memory outside the budget, and beyond the
+        # completion's own user namespace they count per host uid, shared by every sandbox.
+        (resource.RLIMIT_SIGPENDING, _at_most(resource.RLIMIT_SIGPENDING, _SIGPENDING)),
     ):
         resource.setrlimit(which, value)
 

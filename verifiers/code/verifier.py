@@ -59,6 +59,9 @@ _WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'’-"
 _CODE_CHARS = re.compile(r"[=(){}\[\];#<>]")
 #: Longer unfenced text is not parsed as Python to tell code from prose.
 PARSE_MAX_CHARS = 50_000
+#: A program's source (UTF-8) over this many bytes is a compile_error, never sent to the sandbox:
+#: its folders are 64 MiB tmpfs, and one that did not fit there was a sandbox_error.
+CODE_MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,10 @@ class CodeVerifier:
         if code is None:
             return VerifyResult(0.0, False, Status.NO_CODE, "no code found", None,
                                 {"total_s": time.perf_counter() - started}, extra)
+        too_large = _code_too_large(code)
+        if too_large is not None:
+            return VerifyResult(0.0, False, Status.COMPILE_ERROR, too_large, None,
+                                {"total_s": time.perf_counter() - started}, extra, judged=True)
         try:
             run = self._run_tests(code, reference, language)
         except SandboxError as err:
@@ -357,11 +364,11 @@ class CodeVerifier:
             t1 = time.perf_counter()
             for index, test in enumerate(reference.tests):
                 result = self._execute(session, language, files, code, reference, test)
-                compile_error = _compile_error(result)
-                if compile_error is not None:
-                    run.compile_failure = _tail(compile_error, self.stderr_chars).strip()
+                report = _read_report(result.report, _call_count(test))
+                if result.exit_code == COMPILE_ERROR_EXIT and report.compile_error is not None:
+                    run.compile_failure = _tail(report.compile_error, self.stderr_chars).strip()
                     break
-                outcome = self._judge(index, result, test)
+                outcome = self._judge(index, result, test, report.calls)
                 run.outcomes.append(outcome)
                 if self.stop_on_first_failure and outcome.status is not Status.CORRECT:
                     break
@@ -390,8 +397,8 @@ class CodeVerifier:
                             fn_name=reference.fn_name)
 
     # ---- judging -------------------------------------------------------------------------------
-    def _judge(self, index: int, result: StepResult,
-               test: IOTest | CallTest | StatementTest) -> TestOutcome:
+    def _judge(self, index: int, result: StepResult, test: IOTest | CallTest | StatementTest,
+               reports: dict[int, dict[str, Any]]) -> TestOutcome:
         status, detail = classify_step(result)
         outcome = TestOutcome(index, status, result.wall_s, result.exit_code,
                               _tail(result.stderr, self.stderr_chars), detail,
@@ -405,7 +412,6 @@ class CodeVerifier:
                 outcome.status, outcome.detail = Status.WRONG, "output differs"
             return outcome
         checks = test.checks if isinstance(test, CallTest) else (None,)
-        reports = _reports(result.report, len(checks))
         for k, check in enumerate(checks):
             report = reports.get(k)
             if report is None:
@@ -491,38 +497,72 @@ def bounded_repr(value: Any, limit: int = 200) -> str:
     return text if complete and budget[0] >= 0 else text + "..."
 
 
-def _report_items(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of the supervisor's report lines (malformed lines are ignored,
-    nested too deeply included: the program can write its own lines there)."""
-    items = []
-    for line in text.splitlines():
+#: Report lines read beyond one per call: the program shares the channel and may write its own
+#: lines first; past this many the rest is not parsed, so a call still unreported is one the
+#: program never returned from (its runtime_error).
+REPORT_EXTRA_LINES = 16
+
+
+@dataclass
+class _Report:
+    """What a step's report channel said: each call's report by index, and a compile error."""
+
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    compile_error: str | None = None
+
+
+def _call_count(test: IOTest | CallTest | StatementTest) -> int:
+    """How many indexed reports a test's step writes (none for a stdin/stdout test)."""
+    if isinstance(test, CallTest):
+        return len(test.checks)
+    return 1 if isinstance(test, StatementTest) else 0
+
+
+def _read_report(text: str, count: int) -> _Report:
+    """Parse the report of a step with `count` calls, once, in time linear in what is read.
+
+    The first report of each index below `count` counts (other indexes are dropped, so no
+    program-chosen integer is hashed), and the first compile error. Reading stops when every
+    call has its report, and after `count` + REPORT_EXTRA_LINES lines in any case: the program
+    can write there too, and a megabyte of empty lines was a million parse attempts under the
+    interpreter lock. Lines that do not decode are skipped.
+    """
+    report = _Report()
+    start = 0
+    for _ in range(count + REPORT_EXTRA_LINES):
+        if start >= len(text):
+            break
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        line, start = text[start:end], end + 1
         try:
             item = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(item, dict):
-            items.append(item)
-    return items
-
-
-def _reports(text: str, count: int) -> dict[int, dict[str, Any]]:
-    """The report of each of `count` calls, by index (the first one written counts); other
-    indexes are ignored, so no program-chosen integer is ever hashed."""
-    found: dict[int, dict[str, Any]] = {}
-    for item in _report_items(text):
+        if not isinstance(item, dict):
+            continue
+        message = item.get("compile_error")
+        if isinstance(message, str):
+            if report.compile_error is None:
+                report.compile_error = message
+            continue
         index = item.get("index")
         if type(index) is int and 0 <= index < count:
-            found.setdefault(index, item)
-    return found
+            report.calls.setdefault(index, item)
+            if len(report.calls) == count:
+                break
+    return report
 
 
-def _compile_error(result: StepResult) -> str | None:
-    """The syntax error a Python step reported before running any of the program."""
-    if result.exit_code != COMPILE_ERROR_EXIT:
+def _code_too_large(code: str) -> str | None:
+    """Why `code` is not sent to the sandbox (its UTF-8 form over CODE_MAX_BYTES), or None."""
+    if len(code) * 4 <= CODE_MAX_BYTES:
+        return None  # no UTF-8 encoding of it can be over the limit
+    size = len(code.encode("utf-8", "surrogatepass"))
+    if size <= CODE_MAX_BYTES:
         return None
-    messages = [i["compile_error"] for i in _report_items(result.report)
-                if isinstance(i.get("compile_error"), str)]
-    return messages[0] if messages else None
+    return f"program too large: {size} bytes of source, the limit is {CODE_MAX_BYTES}"
 
 
 # ---- pure helpers (tested on their own) ----------------------------------------------------------

@@ -267,6 +267,8 @@ def test_backpressure_deadline_and_graceful_shutdown(start_server):
         for row in r.json()["rows"]:
             assert row["veristep"]["status"] == "timeout" and row["veristep"]["judged"] is False
             assert "deadline" in row["veristep"]["detail"]
+        # the two programs it started still hold both sandboxes, and the queue counts them until done
+        _wait_for_queue(srv, 0)
         # SIGTERM while a request runs: it is answered in full, then the server exits 0
         t = threading.Thread(target=slow)
         t.start()

@@ -17,8 +17,14 @@ Guarantees:
 * Nothing is lost: every queued item gets a result, or its caller's future gets the exception
   the verifier raised for that item alone (a raising batch is retried item by item, so one bad
   item never fails the others' futures).
-* An item whose caller stopped waiting (its task cancelled, e.g. by a deadline) before a lane
-  took it is dropped, not run.
+* An item whose caller stopped waiting (its future cancelled, e.g. by a deadline or a client
+  that hung up) is not run if it has not started: a lane drops it from the bridge's queue, and a
+  lane whose batch holds such items stops the batch at its next verdict (closing the verifier's
+  `verify_batch_as_ready`, which cancels what it has not started), drops them and puts the
+  batch's other unanswered items back at the front of the queue. A verifier without
+  `verify_batch_as_ready` runs a batch it was handed whole. `submit(..., gone=f)` calls
+  `f(future)` on the caller's loop once the bridge is done with an item (answered or dropped),
+  so a caller can count the work still held for callers that stopped waiting.
 * A forked child builds its own bridge (threads do not survive fork), like the pools do.
 
 `nice` (Linux): each lane lowers its own thread's CPU priority by that much before its first
@@ -37,7 +43,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +80,17 @@ _LINGER_BELOW = 64
 PER_THREAD_NICE = sys.platform.startswith("linux")
 
 
+#: What a dropped item's caller is told: nothing (its future is already done), only `gone`.
+_DROPPED = object()
+
+
 @dataclass
 class _Job:
     completion: Any
     reference: Any
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
+    gone: Callable[[asyncio.Future], None] | None = None
 
 
 class AsyncBridge:
@@ -128,13 +139,18 @@ class AsyncBridge:
             raise
 
     def submit(
-        self, completions: Sequence[Any], references: Sequence[Any], loop: asyncio.AbstractEventLoop
+        self, completions: Sequence[Any], references: Sequence[Any], loop: asyncio.AbstractEventLoop,
+        gone: Callable[[asyncio.Future], None] | None = None,
     ) -> list[asyncio.Future]:
-        """Queue items and return one future per item, resolved on `loop`."""
+        """Queue items and return one future per item, resolved on `loop`.
+
+        `gone(future)` runs on `loop` once the bridge is done with that item: its outcome set,
+        or the item dropped unrun because the future was cancelled.
+        """
         if len(completions) != len(references):
             raise ValueError(f"got {len(completions)} completions but {len(references)} references")
         futures = [loop.create_future() for _ in completions]
-        jobs = [_Job(c, r, loop, f) for c, r, f in zip(completions, references, futures, strict=True)]
+        jobs = [_Job(c, r, loop, f, gone) for c, r, f in zip(completions, references, futures, strict=True)]
         if not jobs:
             return futures
         with self._cv:
@@ -190,10 +206,15 @@ class AsyncBridge:
 
     def _drain_into(self, jobs: list[_Job]) -> None:
         """Move queued items into `jobs` up to `max_batch` (holding `_cv`)."""
+        dropped = []
         while self._queue and len(jobs) < self.max_batch:
             job = self._queue.popleft()
-            if not job.future.done():  # a cancelled caller's item is not run
+            if job.future.done():  # a cancelled caller's item is not run
+                dropped.append(job)
+            else:
                 jobs.append(job)
+        if dropped:
+            _deliver(dropped, [_DROPPED] * len(dropped))
 
     def _lane(self) -> None:
         lower_thread_priority(self.nice)
@@ -208,14 +229,34 @@ class AsyncBridge:
                 self.items += len(jobs)
 
     def _run(self, jobs: list[_Job]) -> None:
-        """Verify a batch, handing each group of verdicts to its callers as it is decided."""
+        """Verify a batch, handing each group of verdicts to its callers as it is decided.
+
+        Once a caller of an item still unanswered has stopped waiting, the batch stops at its
+        next verdict: those items are dropped (what the verifier has not started is cancelled)
+        and the others go back to the front of the queue, for the next batch.
+        """
         left = dict(enumerate(jobs))
         try:
             verifier = self._verifier()
             if verifier is None:
                 raise RuntimeError("the verifier was garbage-collected")
-            for group in run_batch_as_ready(verifier, [j.completion for j in jobs], [j.reference for j in jobs]):
-                _deliver([left.pop(i) for i, _ in group], [outcome for _, outcome in group])
+            groups = run_batch_as_ready(verifier, [j.completion for j in jobs], [j.reference for j in jobs])
+            try:
+                for group in groups:
+                    _deliver([left.pop(i) for i, _ in group], [outcome for _, outcome in group])
+                    if any(job.future.done() for job in left.values()):
+                        break
+                else:
+                    return
+            finally:
+                groups.close()
+            unwanted = [job for job in left.values() if job.future.done()]
+            wanted = [job for job in left.values() if not job.future.done()]
+            left.clear()
+            _deliver(unwanted, [_DROPPED] * len(unwanted))
+            with self._cv:
+                self._queue.extendleft(reversed(wanted))  # in their order, ahead of later items
+                self._cv.notify()
         except BaseException as exc:  # noqa: BLE001 - never leave a caller waiting
             _deliver(list(left.values()), [exc] * len(left))
 
@@ -256,8 +297,10 @@ def run_batch_as_ready(verifier: Any, completions: Sequence[Any], references: Se
         yield list(enumerate(run_batch(verifier, completions, references)))
         return
     given = [False] * len(completions)
+    groups = None
     try:
-        for group in as_ready(list(completions), list(references)):
+        groups = as_ready(list(completions), list(references))
+        for group in groups:
             fresh = []
             for pos, result in group:
                 if isinstance(pos, int) and 0 <= pos < len(given) and not given[pos]:
@@ -267,6 +310,12 @@ def run_batch_as_ready(verifier: Any, completions: Sequence[Any], references: Se
                 yield fresh
     except Exception:  # noqa: BLE001 - the rest are run again below, each error kept to its item
         pass
+    finally:
+        # closed early (the caller stopped reading): the verifier cancels what it has not started
+        close = getattr(groups, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
     rest = [pos for pos, done in enumerate(given) if not done]
     if rest:
         outcomes = run_batch(verifier, [completions[p] for p in rest], [references[p] for p in rest])
@@ -291,22 +340,24 @@ def lower_thread_priority(nice: int) -> None:
 
 def _deliver(jobs: Sequence[_Job], outcomes: Sequence[Any]) -> None:
     """Set each job's future on its own loop (one hop per loop, not per item)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any, Any]]] = {}
     for job, outcome in zip(jobs, outcomes, strict=True):
-        by_loop.setdefault(job.loop, []).append((job.future, outcome))
+        by_loop.setdefault(job.loop, []).append((job.future, outcome, job.gone))
     for loop, pairs in by_loop.items():
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             loop.call_soon_threadsafe(_set_all, pairs)
 
 
-def _set_all(pairs: list[tuple[asyncio.Future, Any]]) -> None:
-    for fut, outcome in pairs:
-        if fut.done():
-            continue
-        if isinstance(outcome, BaseException):
+def _set_all(pairs: list[tuple[asyncio.Future, Any, Callable[[asyncio.Future], None] | None]]) -> None:
+    for fut, outcome, gone in pairs:
+        if outcome is _DROPPED or fut.done():
+            pass
+        elif isinstance(outcome, BaseException):
             fut.set_exception(outcome)
         else:
             fut.set_result(outcome)
+        if gone is not None:
+            gone(fut)
 
 
 def _weakrefable(obj: Any) -> bool:

@@ -59,9 +59,18 @@ def completion_text(value: Any) -> str:
 
 def record_completion(record: Mapping[str, Any], key: str = "completion") -> str:
     """`completion_text` of ``record[key]``, marked as cut off when the record says so:
-    ``"truncated": true`` or OpenAI's ``"finish_reason": "length"`` (KeyError without `key`)."""
+    ``"truncated": true`` or OpenAI's ``"finish_reason": "length"`` (KeyError without `key`).
+
+    TypeError for a `truncated` that is not true, false or null, or a `finish_reason` that is
+    not text or null: read as "no signal", a "true" string would score a cut-off answer.
+    """
     text = completion_text(record[key])
-    if record.get("truncated") is True or record.get("finish_reason") == "length":
+    truncated, reason = record.get("truncated"), record.get("finish_reason")
+    if truncated is not None and not isinstance(truncated, bool):
+        raise TypeError(f"'truncated' must be true, false or null, got {type(truncated).__name__}")
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"'finish_reason' must be a string or null, got {type(reason).__name__}")
+    if truncated is True or reason == "length":
         return TruncatedText(text)
     return text
 

@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .jsontext import loads_with_row_text, plain_reason
+from .jsontext import TooMany, loads_with_row_text, ndjson_lines, plain_reason
 from .metrics import CONTENT_TYPE, Metrics
 from .service import (
     RequestError,
@@ -56,7 +56,7 @@ def create_app(service: Service) -> Starlette:
     """The ASGI app of one service."""
     metrics = service.metrics
     if metrics is None:
-        metrics = service.metrics = Metrics(lambda: service.verifiers, lambda: service.inflight,
+        metrics = service.metrics = Metrics(lambda: service.verifiers, lambda: service.outstanding,
                                             service.ray.actors if service.ray is not None else None)
     stamp_headers = {"X-Veristep-Version": service.version, "X-Veristep-Config": service.config_hash}
 
@@ -109,7 +109,7 @@ def create_app(service: Service) -> Starlette:
             return reply({"ready": False, "reason": "draining"}, 503)
         if not service.ready:
             return reply({"ready": False, "reason": "starting"}, 503)
-        return reply({"ready": True, "queue": service.inflight, "max_queue": service.config.max_queue})
+        return reply({"ready": True, "queue": service.outstanding, "max_queue": service.config.max_queue})
 
     @endpoint("metrics")
     async def metrics_view(request: Request) -> Response:
@@ -123,25 +123,27 @@ def create_app(service: Service) -> Starlette:
         key = request.query_params.get("completion_key")
         if _content_type(request) == NDJSON:
             # numbered as the CLI numbers them: blank lines count, but get no output line
-            numbered = [(i, line) for i, line in enumerate(raw.split(b"\n"), start=1) if line.strip()]
+            numbered = await _ndjson_lines(raw, service)
             items = service.native_items(kind, [line for _, line in numbered], key, [i for i, _ in numbered])
             async with admitted(len(items)):
-                results = await service.native_results(kind, items, deadline)
+                results = await _unless_gone(request, service.native_results(kind, items, deadline))
             return Response(service.native_jsonl(kind, items, results), 200, stamp_headers, media_type=NDJSON)
-        body, texts = await _json_rows(raw)
+        body, texts = await _json_rows(raw, service)
         rows = check_types(body, {"rows": (list,)}, "native request")["rows"]
+        service.check_count(len(rows), "rows")
         items = service.native_items(kind, rows, key, texts=texts)
         async with admitted(len(items)):
-            results = await service.native_results(kind, items, deadline)
+            results = await _unless_gone(request, service.native_results(kind, items, deadline))
         return Response(service.native_json(kind, items, results), 200, stamp_headers,
                         media_type="application/json")
 
     @endpoint("get_reward")
     async def get_reward(request: Request) -> Response:
         kind, _ = service.verifier(request.path_params.get("kind"))
-        body = check_types(await _json(await _read_body(request, service.config)),
+        body = check_types(await _json_counted(await _read_body(request, service.config), "query", service),
                            {"query": (list,)}, "get_reward")
         queries = body["query"]
+        service.check_count(len(queries), "queries")
         check_list_of(queries, (str,), "query", "get_reward")
         prompts = _column(body, "prompts", len(queries))
         labels = _column(body, "labels", len(queries))
@@ -153,7 +155,7 @@ def create_app(service: Service) -> Starlette:
         completions = mark_cut([completion_of(q, p) for q, p in zip(queries, prompts, strict=True)], cut)
         pairs = service.label_items(kind, completions, labels)
         async with admitted(len(pairs)):
-            results = await service.verify(kind, pairs, _deadline(request))
+            results = await _unless_gone(request, service.verify(kind, pairs, _deadline(request)))
         return reply(service.openrlhf_reply(results, unjudged))
 
     @endpoint("slime")
@@ -165,7 +167,7 @@ def create_app(service: Service) -> Starlette:
         response = mark_cut([body["response"]], [slime_cut(body)])
         pairs = service.label_items(kind, response, [body.get("label")])
         async with admitted(1):
-            (result,) = await service.verify(kind, pairs, _deadline(request))
+            (result,) = await _unless_gone(request, service.verify(kind, pairs, _deadline(request)))
         value = service.reward_value(result, unjudged)
         headers = {"X-Veristep-Status": result.status.value, "X-Veristep-Judged": str(bool(result.judged)).lower()}
         if request.query_params.get("detail") in ("1", "true"):
@@ -202,6 +204,9 @@ def create_app(service: Service) -> Starlette:
             await asyncio.to_thread(service.close)
 
     app = Starlette(routes=routes, lifespan=lifespan)
+    # no 307 to the path without its trailing slash: a bare redirect, without our headers, that
+    # a client posting a body would have to follow; such a path is a 404 like any other
+    app.router.redirect_slashes = False
 
     async def not_found(request: Request, exc: Exception) -> Response:
         code = getattr(exc, "status_code", 404)
@@ -278,19 +283,73 @@ async def _json(raw: bytes) -> Any:
     return await asyncio.to_thread(parse) if len(raw) > _OFFLOAD_BYTES else parse()
 
 
-async def _json_rows(raw: bytes) -> tuple[Any, list[str | None] | None]:
-    """A native body as JSON and each row's own text (jsontext); a bad body gets `_json`'s 400s."""
+async def _json_rows(raw: bytes, service: Service, field: str = "rows") -> tuple[Any, list[str | None] | None]:
+    """A body as JSON and each `field` element's own text (jsontext); a bad body gets `_json`'s 400s.
+
+    413 as soon as an array of the body (its `field` above all) has more elements than the
+    queue holds, before any of the rest is decoded.
+    """
 
     def parse() -> tuple[dict[str, Any], list[str | None]] | None:
         try:
-            return loads_with_row_text(raw.decode("utf-8"))
+            return loads_with_row_text(raw.decode("utf-8"), field, service.config.max_queue)
         except UnicodeDecodeError:
             return None
+        except TooMany as err:
+            named = {"rows": "rows", "query": "queries"}
+            what = named.get(err.key or "", f"elements of {err.key!r}" if err.key else "array elements")
+            service.check_count(None, what)
+            raise
 
     found = await asyncio.to_thread(parse) if len(raw) > _OFFLOAD_BYTES else parse()
     if found is not None:
         return found
     return await _json(raw), None
+
+
+async def _json_counted(raw: bytes, field: str, service: Service) -> Any:
+    """The body as JSON (`_json_rows` without the texts): 413 for an array longer than the queue."""
+    body, _ = await _json_rows(raw, service, field)
+    return body
+
+
+async def _ndjson_lines(raw: bytes, service: Service) -> list[tuple[int, bytes]]:
+    """(line number, bytes) of each line `veristep verify` would read; 413 past the queue's size."""
+
+    def split() -> list[tuple[int, bytes]]:
+        try:
+            lines = ndjson_lines(raw.decode("utf-8", "surrogateescape"), service.config.max_queue)
+        except TooMany:
+            service.check_count(None, "rows")
+            raise
+        return [(n, line.encode("utf-8", "surrogateescape")) for n, line in lines]
+
+    return await asyncio.to_thread(split) if len(raw) > _OFFLOAD_BYTES else split()
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """`await work`, cancelled if the client hangs up first (its items not yet started are not run)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_hung_up(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        raise RequestError(499, "the client closed the connection before the reply")
+    return task.result()
+
+
+async def _hung_up(request: Request) -> None:
+    """Return once the client has disconnected (the body has been read: nothing else comes)."""
+    message = await request.receive()
+    if message.get("type") != "http.disconnect":
+        # uvicorn says nothing else once the body is in; a server that does cannot be watched
+        await asyncio.Event().wait()
 
 
 def _column(body: dict[str, Any], name: str, n: int) -> list[Any]:

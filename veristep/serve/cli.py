@@ -138,7 +138,7 @@ def build_config(args: argparse.Namespace) -> Any:
         raise UsageError("--unjudged-reward must be a finite number or null, "
                          f"got {args.unjudged_reward!r}") from None
     nice = parse_nice(args.nice or [], kinds)
-    token = args.token or os.environ.get("VERISTEP_SERVE_TOKEN") or None
+    token = server_token(args.token, os.environ.get("VERISTEP_SERVE_TOKEN"))
     from .main import is_loopback
 
     if not is_loopback(args.host) and not token:
@@ -154,6 +154,21 @@ def build_config(args: argparse.Namespace) -> Any:
         ray_actors=args.ray_actors, ray_cpus=args.ray_cpus,
         ray_ready_timeout_s=args.ray_ready_timeout, nice=nice,
     )
+
+
+def server_token(flag: str | None, env: str | None) -> str | None:
+    """The bearer token: --token, else the environment's (empty: none); UsageError if blank.
+
+    Surrounding whitespace is dropped: HTTP strips it from a header value, so a token that
+    kept it could never be matched. A token of whitespace only would guard nothing.
+    """
+    for name, value in (("--token", flag), ("VERISTEP_SERVE_TOKEN", env)):
+        if value is None or (value == "" and name != "--token"):
+            continue
+        if not value.strip():
+            raise UsageError(f"{name} is blank: give a bearer token of visible characters")
+        return value.strip()
+    return None
 
 
 def parse_nice(values: list[str], kinds: list[str]) -> dict[str, int]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import ipaddress
+import json
 import os
 import signal
 import socket
@@ -22,12 +24,43 @@ from veristep.verifiers.core.workers import PROCESSES_ENV
 
 from .service import ServeConfig, Service
 
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+#: Most bytes a connection may send before its request head is complete (request line and
+#: headers). httptools has no such limit: a 61 MB header was taken in, held the event loop
+#: for seconds, and answered.
+MAX_HEAD_BYTES = 64 * 1024
 
 
 def is_loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only."""
-    return host in LOOPBACK or host.startswith("127.")
+    """Whether every address `host` resolves to is a loopback one (False if it does not resolve).
+
+    Decided on the addresses, as `bind` resolves the name: a name that only looks local
+    ("127.x.example") may resolve to any address.
+    """
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    return bool(found) and all(_loopback_address(info[4][0]) for info in found)
+
+
+def _loopback_address(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(sock: socket.socket, token: str | None) -> None:
+    """OSError when a socket bound beyond loopback would serve without a token.
+
+    Checked on the address bound, after `is_loopback` on the name: the name may resolve to
+    another address by now.
+    """
+    address = sock.getsockname()[0]
+    if not token and not _loopback_address(address):
+        sock.close()
+        raise OSError(f"the host resolved to {address}, beyond this machine: give a bearer token "
+                      "(--token or VERISTEP_SERVE_TOKEN)")
 
 
 def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -42,30 +75,83 @@ def bind(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def head_timeout_protocol(base: type[Any], seconds: float) -> type[Any]:
+def head_timeout_protocol(base: type[Any], seconds: float, headers: dict[str, str] | None = None,
+                          max_head_bytes: int = MAX_HEAD_BYTES) -> type[Any]:
     """uvicorn's HTTP protocol `base`, closing a connection that sends no request head in `seconds`.
 
     uvicorn times out only a kept-alive connection idle between requests: one that sent nothing,
     or part of a head, held a `--max-connections` slot for ever, and as many as that made every
     other client's request a 503. The clock starts when the connection is made, and again at
     the first bytes after a response; a complete head is a new request cycle (`self.cycle`),
-    in both of uvicorn's HTTP/1.1 protocols (httptools and h11).
+    in both of uvicorn's HTTP/1.1 protocols (httptools and h11). Past `max_head_bytes` without
+    a complete head the connection gets a 431 and is closed.
+
+    uvicorn's own replies carry `headers` too (the server's stamp), as JSON `{"error": ...}`:
+    its 400 for a request it cannot parse, and its 503 beyond `limit_concurrency` (made here,
+    at the moment the request would start, with uvicorn's own test for it).
     """
+
+    stamp = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    fields = {"version": (headers or {}).get("X-Veristep-Version"), "config_hash": (headers or {}).get("X-Veristep-Config")}
 
     class HeadTimeout(base):  # type: ignore[misc, valid-type]
         _head_timer: asyncio.TimerHandle | None = None
         _head_cycle: Any = None
+        _head_bytes = 0
+        _refused = False
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # uvicorn would answer a plain-text 503 of its own; this one carries the stamp
+            self._limit, self.limit_concurrency = self.limit_concurrency, None
+            self.app = self._limited(self.app)
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
             if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
                 self._arm()
             super().data_received(data)
             if self.cycle is not self._head_cycle:
                 self._disarm()
+            elif self._head_timer is not None:
+                self._head_bytes += len(data)
+                if self._head_bytes > max_head_bytes:
+                    self._disarm()
+                    self._refuse(431, f"request head over {max_head_bytes} bytes")
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's reply to a request it cannot parse, stamped, as JSON."""
+            self._refuse(400, f"malformed HTTP request: {msg.rstrip('.')}")
+
+        def _refuse(self, status: int, reason: str) -> None:
+            self._refused = True
+            body = json.dumps({"error": reason, **fields}).encode()
+            phrase = {400: "Bad Request", 431: "Request Header Fields Too Large"}.get(status, "Error")
+            head = [f"HTTP/1.1 {status} {phrase}".encode()] + [k + b": " + v for k, v in stamp] + [
+                b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
+            if not self.transport.is_closing():
+                self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+                self.transport.close()
+
+        def _limited(self, app: Any) -> Any:
+            async def limited(scope: Any, receive: Any, send: Any) -> None:
+                # uvicorn's test, made before its task exists; this one runs in that task
+                limit = self._limit
+                if limit is not None and (len(self.connections) >= limit or len(self.tasks) - 1 >= limit):
+                    body = json.dumps({"error": "too many connections; retry shortly", **fields}).encode()
+                    await send({"type": "http.response.start", "status": 503, "headers": [
+                        *stamp, (b"content-type", b"application/json"),
+                        (b"content-length", b"%d" % len(body)), (b"connection", b"close"),
+                        (b"retry-after", b"1")]})
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
+                    return
+                await app(scope, receive, send)
+            return limited
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
@@ -73,6 +159,7 @@ def head_timeout_protocol(base: type[Any], seconds: float) -> type[Any]:
 
         def _arm(self) -> None:
             self._head_cycle = self.cycle
+            self._head_bytes = 0
             self._head_timer = self.loop.call_later(seconds, self._expired)
 
         def _disarm(self) -> None:
@@ -111,7 +198,9 @@ def _run_one(config: ServeConfig, sock: socket.socket, service: Service | None =
         app, log_level="warning", access_log=False, lifespan="on", backlog=2048,
         # bodies are read before admission: this bounds the memory that many large ones can take
         limit_concurrency=config.max_connections,
-        http=head_timeout_protocol(AutoHTTPProtocol, config.header_timeout_s),
+        http=head_timeout_protocol(AutoHTTPProtocol, config.header_timeout_s,
+                                   {"X-Veristep-Version": service.version,
+                                    "X-Veristep-Config": service.config_hash}),
         ws="none",  # no WebSocket endpoints; a connection never leaves the head timer's protocol
         timeout_keep_alive=30, timeout_graceful_shutdown=config.deadline_s + 10,
     )
@@ -139,6 +228,7 @@ def serve(config: ServeConfig, service: Service | None = None) -> int:
     """Serve until stopped; returns the exit code. `service` (one process only) is used as built."""
     shared = config.processes > 1
     sock = bind(config.host, config.port, reuse_port=shared)
+    check_exposure(sock, config.token)
     port = sock.getsockname()[1]
     host = f"[{config.host}]" if ":" in config.host else config.host
     print(f"veristep serve: listening on http://{host}:{port} (kinds: {', '.join(config.kinds)}; "

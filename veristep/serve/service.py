@@ -156,6 +156,9 @@ class Service:
             self.close()
             raise
         self.inflight = 0  # items accepted and not yet answered
+        # items of requests that stopped waiting (deadline, client gone) that a verifier still
+        # holds: they take verifier time like any other, so admission counts them
+        self.abandoned = 0
         self.draining = False
         self.ready = False
         self._rate = _Rate()
@@ -179,16 +182,28 @@ class Service:
 
     # --------------------------------------------------------------- admission
 
+    @property
+    def outstanding(self) -> int:
+        """Items the verifiers owe: those of requests waiting, and those nobody waits for any more."""
+        return self.inflight + self.abandoned
+
+    def check_count(self, n: int | None, what: str = "items") -> None:
+        """413 when one request holds more than the queue (n None: more than it, counting stopped)."""
+        limit = self.config.max_queue
+        if n is None or n > limit:
+            many = f"more than {limit}" if n is None else str(n)
+            raise RequestError(413, f"{many} {what} in one request exceed the server's queue of "
+                               f"{limit}; split the batch")
+
     def admit(self, n: int) -> None:
         """Count `n` items in, or refuse the request (429 with Retry-After) when the queue is full."""
         if self.draining:
             raise RequestError(503, "the server is shutting down", {"Retry-After": "1"})
-        if n > self.config.max_queue:
-            raise RequestError(413, f"{n} items in one request exceed the server's queue of "
-                               f"{self.config.max_queue}; split the batch")
-        if self.inflight + n > self.config.max_queue:
-            wait = self._rate.seconds_for(self.inflight + n - self.config.max_queue)
-            raise RequestError(429, f"queue full ({self.inflight} items waiting, limit "
+        self.check_count(n)
+        held = self.outstanding
+        if held + n > self.config.max_queue:
+            wait = self._rate.seconds_for(held + n - self.config.max_queue)
+            raise RequestError(429, f"queue full ({held} items waiting, limit "
                                f"{self.config.max_queue}); retry after {wait} s",
                                {"Retry-After": str(wait)})
         self.inflight += n
@@ -205,7 +220,9 @@ class Service:
         """Results of (completion, reference) pairs; a pair may be a result already (a bad row).
 
         Items still running at the deadline are answered `timeout` (unjudged); those not yet
-        started are dropped from the pool's queue.
+        started are not run (aio.AsyncBridge). Until the verifier is done with them they count
+        as `abandoned`, so admission sees the work they still take; the same when the caller's
+        task is cancelled (app.py cancels it when the client hangs up).
         """
         _, verifier = self.verifier(kind)
         todo = [i for i, item in enumerate(items) if not isinstance(item, VerifyResult)]
@@ -214,20 +231,25 @@ class Service:
         if todo:
             futures = bridge_for(verifier).submit(
                 [items[i][0] for i in todo], [items[i][1] for i in todo],  # type: ignore[index]
-                asyncio.get_running_loop(),
+                asyncio.get_running_loop(), gone=self._item_gone,
             )
             try:
-                _, pending = await asyncio.wait(futures, timeout=limit)
+                await asyncio.wait(futures, timeout=limit)
             finally:
                 for fut in futures:
-                    if not fut.done():
-                        fut.cancel()
+                    if fut.cancel():
+                        self.abandoned += 1
             for i, fut in zip(todo, futures, strict=True):
                 out[i] = _outcome(fut, limit)
         results = [r for r in out if r is not None]
         if self.metrics is not None:
             self.metrics.count_items(kind, results)
         return results
+
+    def _item_gone(self, fut: asyncio.Future) -> None:
+        """The bridge is done with an item; one cancelled here was counted as abandoned."""
+        if fut.cancelled():
+            self.abandoned -= 1
 
     # --------------------------------------------------------------- payloads
 
@@ -280,14 +302,20 @@ class Service:
 
     def label_items(self, kind: str, completions: Sequence[str], labels: Sequence[Any],
                     ) -> list[tuple[str, Any] | VerifyResult]:
-        """(completion, reference) pairs from RL-stack labels; an unusable label is bad_reference."""
+        """(completion, reference) pairs from RL-stack labels; an unusable label is bad_reference.
+
+        A label that stands for no reference (None) is "no label" for a kind that needs one; a
+        kind whose reference is optional (format: a row without `format_spec`) judges the
+        completion without one, as it does a native row.
+        """
         _, verifier = self.verifier(kind)
+        optional = reference_optional(verifier)
         out: list[tuple[str, Any] | VerifyResult] = []
         for completion, label in zip(completions, labels, strict=True):
             ref = reference_from_label(verifier, label)
             if isinstance(ref, _BadReference):
                 out.append(VerifyResult(0.0, False, Status.BAD_REFERENCE, ref.detail[:300]))
-            elif ref is None:
+            elif ref is None and not optional:
                 out.append(VerifyResult(0.0, False, Status.BAD_REFERENCE, "no label"))
             else:
                 out.append((completion, ref))
@@ -327,6 +355,14 @@ class Service:
         close_verifiers(self.verifiers)
         if self.ray is not None:
             self.ray.close()
+
+
+def reference_optional(verifier: Verifier) -> bool:
+    """Whether the kind judges a row without a reference: its reader accepts an empty row."""
+    try:
+        return verifier.reference_from_record({}) is None
+    except Exception:  # noqa: BLE001 - KeyError (no reference) and anything else: it needs one
+        return False
 
 
 def close_verifiers(verifiers: Mapping[str, Verifier]) -> None:

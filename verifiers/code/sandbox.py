@@ -148,9 +148,12 @@ class StepResult:
     output_limited: bool
     #: JSON lines the supervisor's Python driver wrote (compile errors, call results).
     report: str = ""
-    #: "memory" or "processes" when the watchdog stopped the completion at its budget.
+    #: "memory", "mappings" (more memory mappings than `mapping_limit`) or "processes" when
+    #: the watchdog stopped the completion at its budget.
     limit: str | None = None
     peak_memory_bytes: int | None = None
+    #: Memory mappings the completion's processes may hold together: one per 4 KiB of memory_mb.
+    mapping_limit: int | None = None
     #: A Python step ran the program as an earlier step of this completion compiled it.
     precompiled: bool = False
 
@@ -377,6 +380,7 @@ class SandboxSession:
                 report=str(reply.get("report", "")),
                 limit=reply.get("limit"),
                 peak_memory_bytes=reply.get("peak_memory_bytes"),
+                mapping_limit=reply.get("mapping_limit"),
                 precompiled=bool(reply.get("precompiled", False)),
             )
         except (KeyError, TypeError, ValueError) as err:

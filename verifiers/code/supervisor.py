@@ -49,6 +49,13 @@ _COMPILE_ERROR_EXIT = 102  # also stated in the report; mirrored in verifiers/co
 _STDERR_KEEP = 4096
 _WATCH_INTERVAL_S = 0.01  # how often the watchdog samples a running step
 _LAST_SAMPLE_S = 1.0  # how long past its wall limit a step's last sample may take
+# Memory mappings: at most one per 4 KiB of memory_mb, all processes of the completion together
+# (each pins a few hundred bytes of kernel memory that no resident size shows). A process holds
+# at most one per page of its VmSize, so its mappings are counted from /proc/PID/maps only when
+# those bounds add up to more than the limit, and a count is reused for _MAPS_RECOUNT_S or
+# longer (see _Watchdog._too_many_mappings).
+_MAPPING_BYTES = 4096
+_MAPS_RECOUNT_S = 0.1
 _CODE_FD = 4  # where a Python test process hands its compiled program back, before running it
 _CODE_MAX_BYTES = 1 << 20  # a bigger compiled program is compiled again by every test
 
@@ -437,6 +444,7 @@ class Supervisor:
             "output_limited": over,
             "limit": watch.exceeded if watch is not None else None,
             "peak_memory_bytes": watch.peak_memory if watch is not None else None,
+            "mapping_limit": watch.mapping_limit if watch is not None else None,
             "precompiled": code is not None,
         }
 
@@ -492,6 +500,9 @@ class _Watchdog:
         # The test's own namespace adds two processes of ours (see _enter_test_namespace).
         self.process_budget = limits["processes"] + helpers
         self.folders = supervisor.scratch + [supervisor.workroot]
+        self.mapping_limit = self.memory_budget // _MAPPING_BYTES
+        self.mapping_counts = {}  # pid -> (mappings, time.monotonic() when to count again)
+        self.recount_at = 0.0  # no count is read again before (see _too_many_mappings)
         self.exceeded = None
         self.peak_memory = 0
 
@@ -502,8 +513,9 @@ class _Watchdog:
         then past its wall limit. (Processes that starve the supervisor of CPU, a fork bomb's,
         made one pass take seconds, and the step answer after the host gave up on it.)
         """
+        sizes = {}
         usage = _completion_usage(self.folders, self.memory_budget, self.process_budget,
-                                  deadline)
+                                  deadline, sizes)
         if usage is None:
             return False
         memory, tasks = usage
@@ -513,12 +525,57 @@ class _Watchdog:
             self.exceeded = "processes"
         elif memory > self.memory_budget:
             self.exceeded = "memory"
+        elif self._too_many_mappings(sizes, deadline):
+            self.exceeded = "mappings"
         return self.exceeded is not None
 
+    def _too_many_mappings(self, sizes, deadline):
+        """Whether the processes (pid -> VmSize in kB) hold more than mapping_limit mappings.
 
-def _completion_usage(folders, budget, task_budget, deadline):
+        Each process's bound (one mapping per page of its VmSize, and one for [vsyscall]) is
+        replaced by its count, counts still fresh first, then largest bound first, until the
+        bounds left and the counts add up to at most the limit (none over), or the counts
+        alone pass it. A process not counted yet is always read; a count is read again after
+        _MAPS_RECOUNT_S (a program can split a mapping without growing its VmSize), and
+        not before ten times as long as the last pass spent reading (at most 1 s) has passed:
+        counting again takes a tenth of the watchdog's time at most.
+        """
+        limit = self.mapping_limit
+        if sum(sizes.values()) * 1024 // _MAPPING_BYTES + len(sizes) <= limit:
+            return False  # the usual case: no reading
+        now = time.monotonic()
+        known = self.mapping_counts
+        recount = now >= self.recount_at
+        order = sorted(((pid not in known or (recount and known[pid][1] <= now),
+                         -(kb * 1024 // _MAPPING_BYTES + 1), pid) for pid, kb in sizes.items()))
+        rest = -sum(bound for _, bound, _ in order)
+        counted = 0
+        reading = 0.0
+        try:
+            for stale, bound, pid in order:
+                if counted + rest <= limit or time.monotonic() > deadline:
+                    return False
+                rest += bound
+                if stale:
+                    started = time.monotonic()
+                    count = _mappings(pid, limit - counted + 1, -bound)
+                    reading += time.monotonic() - started
+                    known[pid] = (count, started + _MAPS_RECOUNT_S)
+                else:
+                    count = known[pid][0]
+                counted += count
+                if counted > limit:
+                    return True
+            return False
+        finally:
+            if reading:
+                self.recount_at = time.monotonic() + min(10 * reading, 1.0)
+
+
+def _completion_usage(folders, budget, task_budget, deadline, sizes=None):
     """Bytes of memory and number of tasks of every process but PID 1 in this namespace, or
-    None when `deadline` (time.monotonic) passes before the measurement is done.
+    None when `deadline` (time.monotonic) passes before the measurement is done; `sizes`, when
+    given, gets each process's VmSize in kB (pid -> kB).
 
     Memory: each process's resident anonymous and shared pages, the blocks used in the
     completion's tmpfs folders, and System V shared memory (memfd_create is denied). Resident
@@ -545,6 +602,10 @@ def _completion_usage(folders, budget, task_budget, deadline):
             elif line.startswith(b"Threads:"):
                 tasks += int(line.split()[1])
         resident[name] = size
+        if sizes is not None:
+            at = text.find(b"\nVmSize:")  # none in a zombie's
+            if at >= 0:
+                sizes[name] = int(text[at + 8:text.find(b"\n", at + 8)].split()[0])
     other = 0
     for folder in folders:
         try:
@@ -571,6 +632,24 @@ def _completion_usage(folders, budget, task_budget, deadline):
                 return None
             memory += _proportional(pid, size)
     return memory, tasks
+
+
+def _mappings(pid, most, hidden):
+    """Number of memory mappings of `pid`, counted up to `most` (a count that reaches it may
+    be short); 0 once it has exited, `hidden` when it hides its memory map (non-dumpable)."""
+    count = 0
+    try:
+        with open(f"/proc/{pid}/maps", "rb", buffering=0) as fh:
+            while count < most:
+                data = fh.read(65536)
+                if not data:
+                    break
+                count += data.count(b"\n")
+    except (ProcessLookupError, FileNotFoundError):
+        return 0
+    except OSError:
+        return hidden
+    return count
 
 
 def _proportional(pid, resident):

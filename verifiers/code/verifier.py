@@ -690,6 +690,9 @@ def classify_step(result: StepResult) -> tuple[Status, str]:
     if result.limit == "memory":
         used = (result.peak_memory_bytes or 0) >> 20
         return Status.MEMORY_LIMIT, f"memory limit exceeded ({used} MiB across the completion)"
+    if result.limit == "mappings":
+        return Status.MEMORY_LIMIT, ("memory limit exceeded (more than "
+                                     f"{result.mapping_limit} memory mappings across the completion)")
     if result.output_limited:
         return Status.OUTPUT_LIMIT, "output limit exceeded"
     if result.timed_out:

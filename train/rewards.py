@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from veristep.verifiers.core.registry import get_verifier
 
+from .rollout import group_rows
+
 
 @dataclass
 class OutcomeRewards:
@@ -195,7 +197,7 @@ def prm_step_tensors(scorer: Any, tokenizer: Any, problem_texts: Sequence[str],
 
     t0 = time.perf_counter()
     n = len(problem_texts)
-    rows = [g * group_size + j for g in groups for j in range(group_size)]
+    rows = group_rows(groups, group_size)
     prompts = [problem_texts[r // group_size] for r in rows]
     scored = scorer.score_batch(prompts, [completion_texts[r] for r in rows]) if rows else []
     s_max = max([len(s.scores) for s in scored] + [1])

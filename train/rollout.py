@@ -19,6 +19,11 @@ import torch
 from .logprobs import autocast, resolve_dtype
 
 
+def group_rows(groups: Sequence[int], group_size: int) -> list[int]:
+    """The rows of `groups` in a group-major batch (row `g * group_size + j` is sample j of group g)."""
+    return [g * group_size + j for g in groups for j in range(group_size)]
+
+
 @dataclass
 class Rollouts:
     """Sampled completions of one batch of prompts, G per prompt, group-major."""
@@ -51,7 +56,7 @@ class Rollouts:
 
     def select_groups(self, keep: list[int], group_size: int) -> Rollouts:
         """Keep only the groups (prompt indices) in `keep`, in that order."""
-        rows = [g * group_size + j for g in keep for j in range(group_size)]
+        rows = group_rows(keep, group_size)
         lp = self.engine_logprobs
         return Rollouts(
             prompt_ids=[self.prompt_ids[r] for r in rows],

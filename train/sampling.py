@@ -16,7 +16,7 @@ from .distributed import DistInfo, all_reduce, gather_objects, gather_rows, shar
 from .lockstep import require_same_count
 from .placebo import placebo_generator, shuffle_within_groups
 from .rewards import OutcomeRewarder, OutcomeRewards
-from .rollout import Rollouts
+from .rollout import Rollouts, group_rows
 
 
 @dataclass
@@ -81,23 +81,22 @@ def dynamic_sampling(cfg: Any, engine: Any, rewarder: OutcomeRewarder, sampler: 
         ro.extend(more)
         local_idx = local_idx + more_idx
     chosen = kept_groups(gather_rows(keep.view(1, -1), info), n)
-    # The kept groups may have been sampled on another rank: every rank sends the ones it holds.
-    held = [[i for rank, i in chosen if rank == r] for r in range(info.world_size)]
-    mine = held[info.rank]
-    rows = [g * G + j for g in mine for j in range(G)]
-    parts = gather_objects((ro.select_groups(mine, G), scored.select(rows), [local_idx[i] for i in mine]), info)
-    where = {(r, i): k for r in range(info.world_size) for k, i in enumerate(held[r])}
-    starts = [sum(len(held[q]) for q in range(r)) for r in range(info.world_size)]
+    # The kept groups may have been sampled on another rank: every rank sends the ones it holds,
+    # so the pool holds them rank by rank, each rank's in the order chosen (a stable sort).
+    mine = [i for rank, i in chosen if rank == info.rank]
+    parts = gather_objects((ro.select_groups(mine, G), scored.select(group_rows(mine, G)),
+                            [local_idx[i] for i in mine]), info)
     pooled_ro, pooled_scored, pooled_idx = parts[0][0], parts[0][1], list(parts[0][2])
     for part_ro, part_scored, part_idx in parts[1:]:
         pooled_ro.extend(part_ro)
         pooled_scored = pooled_scored.extend(part_scored)
         pooled_idx += part_idx
-    ours = [starts[r] + where[(r, i)] for r, i in chosen[info.rank * n:(info.rank + 1) * n]]
+    position = {g: k for k, g in enumerate(sorted(chosen, key=lambda g: g[0]))}
+    ours = [position[g] for g in chosen[info.rank * n:(info.rank + 1) * n]]
     metrics = {"dapo/rounds": rounds,
                "dapo/extra_rollouts": int(all_reduce(float(rounds * n * G), info)),
                "dapo/kept_informative": min(informative, wanted)}
-    return StepBatch(pooled_ro.select_groups(ours, G), pooled_scored.select([g * G + j for g in ours for j in range(G)]),
+    return StepBatch(pooled_ro.select_groups(ours, G), pooled_scored.select(group_rows(ours, G)),
                      [pooled_idx[g] for g in ours], first.rollout_s + t_rollout, len(ro), ro.num_tokens(), metrics)
 
 

@@ -335,16 +335,20 @@ def _number_differs(part: str, ref: ParsedAnswer, cfg: EquivConfig) -> bool:
         return _compare_constants(gold, number.parsed[0], ref.decimals, cfg).status is Status.WRONG
     if _is_plain_expr(gold):
         return _differ_at_a_point(gold, number.parsed[0])
-    from math_verify import verify  # a matrix, tuple or set: math-verify's own reading of the two
+    return not _math_verify_equal(ref, number)  # a matrix, tuple or set: math-verify's reading
 
-    return not verify(ref.parsed, number.parsed, float_rounding=12, numeric_precision=_VERIFY_PRECISION,
-                      timeout_seconds=None)
+
+def _math_verify_equal(ref: ParsedAnswer, pred: ParsedAnswer) -> bool:
+    """math-verify's comparison, with its float rounding made irrelevant (decimals are exact
+    fractions by now) and a numeric precision high enough not to call 1e-20 zero."""
+    from math_verify import verify
+
+    return bool(verify(ref.parsed, pred.parsed, float_rounding=12, numeric_precision=_VERIFY_PRECISION,
+                       timeout_seconds=None))
 
 
 def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> Verdict:
     """Compare two parsed answers: our exact/precision rules for constants, math-verify otherwise."""
-    from math_verify import verify
-
     if not ref.parsed:
         return Verdict(Status.BAD_REFERENCE, f"reference: {ref.error}")
     if not pred.parsed:
@@ -381,10 +385,5 @@ def compare_parsed(ref: ParsedAnswer, pred: ParsedAnswer, cfg: EquivConfig) -> V
         verdict = _compare_intervals(gold_iv, pred_iv, cfg)
         if verdict.status is not Status.PARSE_ERROR:
             return verdict
-    # Structured answers (sets, intervals, tuples, matrices, equations, expressions in x):
-    # math-verify's comparison, with its float rounding made irrelevant (decimals are exact
-    # fractions by now) and a numeric precision high enough not to call 1e-20 zero.
-    same = verify(
-        ref.parsed, pred.parsed, float_rounding=12, numeric_precision=_VERIFY_PRECISION, timeout_seconds=None
-    )
-    return Verdict(Status.CORRECT if same else Status.WRONG)
+    # Structured answers (sets, intervals, tuples, matrices, equations, expressions in x)
+    return Verdict(Status.CORRECT if _math_verify_equal(ref, pred) else Status.WRONG)

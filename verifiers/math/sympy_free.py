@@ -73,14 +73,28 @@ class Decision:
     prediction: str = ""
 
 
+def missing_number(value: Any) -> bool:
+    """A NaN or infinite float: how pandas writes a missing label."""
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def not_one_answer(value: Any) -> str | None:
+    """Why a container (dict, list, tuple, set) is no reference, or None for any other value: its
+    Python spelling ("{'x': 1}") is no answer a model could write."""
+    if isinstance(value, (dict, list, tuple, set)):
+        return f"reference is a {type(value).__name__}, not one answer"
+    return None
+
+
 def prepare_reference(reference: Any) -> Reference:
     """Read a reference as datasets ship it; an unusable one carries its `problem`."""
     raw = reference.decode("utf-8", "replace") if isinstance(reference, bytes) else reference
-    if isinstance(raw, float) and not math.isfinite(raw):
+    if missing_number(raw):
         # pandas writes a missing label as NaN: it is no answer, not the answer "nan"
         return Reference(str(raw), "", problem=f"reference is not a number ({raw})")
-    if isinstance(raw, (dict, list, tuple, set)):
-        return Reference(repr(raw)[:200], "", problem=f"reference is a {type(raw).__name__}, not one answer")
+    several = not_one_answer(raw)
+    if several is not None:
+        return Reference(repr(raw)[:200], "", problem=several)
     raw = "" if raw is None else str(raw)
     if len(raw) > MAX_REFERENCE_CHARS:
         return Reference(raw[:200], "", problem=f"reference longer than {MAX_REFERENCE_CHARS} characters")

@@ -10,7 +10,6 @@ than `INLINE_CHARS` is handed to a worker whole, so even its extraction runs und
 
 from __future__ import annotations
 
-import math
 import os
 import queue
 import threading
@@ -31,7 +30,7 @@ from .extract import (
     extract_answer,
     reference_answer,
 )
-from .sympy_free import Reference, decide, prepare_reference
+from .sympy_free import Reference, decide, missing_number, not_one_answer, prepare_reference
 from .worker import RawCompletion, judge, preload, reference_state, unpack
 
 __all__ = ["Extraction", "ExtractionMethod", "MathVerifier", "extract_answer", "reference_answer"]
@@ -311,23 +310,17 @@ def _reference_value(value: Any) -> Any:
     """A record's reference value as `prepare_reference` takes it: text, or None and NaN kept so
     that they are reported unusable (never judged as the answers "None" or "nan"); ValueError
     for a value Python cannot write as text."""
-    if value is None or isinstance(value, str) or _missing_number(value):
+    if value is None or isinstance(value, str) or missing_number(value):
         return value
-    if isinstance(value, list) and len(value) == 1 and (
-            _missing_number(value[0]) or isinstance(value[0], (str, int, float))):
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, int, float)):
         return _reference_value(value[0])  # a numpy column's tolist(), a list of one answer
-    if isinstance(value, (dict, list, tuple, set)):
-        # its Python spelling ("{'x': 1}") is no answer a model could write: never judged as one
-        raise ValueError(f"reference is a {type(value).__name__}, not one answer (give it as text)")
+    several = not_one_answer(value)
+    if several is not None:
+        raise ValueError(f"{several} (give it as text)")
     try:
         return str(value)
     except (ValueError, RecursionError) as err:  # a huge integer, deep nesting
         raise ValueError(f"reference cannot be written as text ({type(err).__name__})") from None
-
-
-def _missing_number(value: Any) -> bool:
-    """A NaN or infinite float: how pandas writes a missing label."""
-    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _result(verdict: Verdict, ext: Extraction | None) -> VerifyResult:

@@ -231,6 +231,13 @@ class FunctionSpec:
         return props if isinstance(props, dict) else {}
 
     @property
+    def closed_to_unlisted(self) -> bool:
+        """Whether a top-level name outside `properties` is unexpected by that fact alone (closed,
+        and no `patternProperties` that such a name might match)."""
+        return self.parameters.get("additionalProperties") is False and not self.parameters.get(
+            "patternProperties")
+
+    @property
     def required(self) -> frozenset[str]:
         """Names of the required top-level parameters."""
         required = self.parameters.get("required")
@@ -447,8 +454,7 @@ def _validate(spec: FunctionSpec, arguments: Mapping[str, Any]) -> list[SchemaIs
             return []
     issues: list[SchemaIssue] = []
     # reported by us, one issue per name, rather than jsonschema's single combined message
-    per_name = spec.parameters.get("additionalProperties") is False and not spec.parameters.get(
-        "patternProperties")
+    per_name = spec.closed_to_unlisted
     if per_name:
         for name in arguments:
             if name not in spec.properties:

@@ -527,11 +527,8 @@ def _check_against_schema(call: ExpectedCall, schema: ToolSchema,
     if spec is None:
         return []
     dropped: list[str] = []
-    # a name outside `properties` may still match one of `patternProperties`: the schema judges it
-    closed = spec.parameters.get("additionalProperties") is False and not spec.parameters.get(
-        "patternProperties")
     for param, arg in call.arguments.items():
-        if closed and param not in spec.properties and not arg.may_omit:
+        if spec.closed_to_unlisted and param not in spec.properties and not arg.may_omit:
             raise ValueError(f"expected {call.name}({param}=...): {param!r} is not a parameter of {call.name}")
         if param not in spec.properties:
             continue
